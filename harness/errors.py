@@ -1,0 +1,59 @@
+"""The error tree of recap, in one place.
+
+    RecapError                      base of every error recap raises on purpose
+    ├── ConfigError                 a bad option or combination; the message says how to fix it
+    ├── ToolError                   a tool call that cannot run (bad arguments, refused path, ...);
+    │                               the agent loop turns it into an error observation
+    │   └── PathOutsideWorkspace    `..`, an absolute path or a symlink leading out of the workspace
+    ├── WorkspaceError              the workspace itself failed (creation, a backend problem)
+    │   └── CommandTimeout          a command ran past its timeout and its process group was killed
+    ├── PolicyError                 the model backend failed (not a malformed completion: that is an
+    │                               observation, not an error)
+    └── SessionFormatError          a session file line that does not validate; names file and line
+
+Stop reasons of an episode are not errors: see `harness.session.StopReason`.
+"""
+
+from __future__ import annotations
+
+
+class RecapError(Exception):
+    """Base class of every error recap raises on purpose."""
+
+
+class ConfigError(RecapError, ValueError):
+    """An invalid configuration value or combination."""
+
+
+class ToolError(RecapError):
+    """A tool call that cannot be carried out; its message is shown to the policy."""
+
+
+class PathOutsideWorkspace(ToolError):
+    """A path that would leave the workspace root."""
+
+
+class WorkspaceError(RecapError):
+    """A workspace backend failure."""
+
+
+class CommandTimeout(WorkspaceError):
+    """A command exceeded its timeout; its whole process group was killed."""
+
+
+class PolicyError(RecapError):
+    """The policy backend (model, server) failed to produce a completion."""
+
+
+class SessionFormatError(RecapError):
+    """A session file line that cannot be read.
+
+    Attributes:
+        path: the session file.
+        line: 1-based line number of the bad line.
+    """
+
+    def __init__(self, message: str, *, path: str, line: int) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
