@@ -190,6 +190,13 @@ Event = Annotated[
 _EVENT = TypeAdapter(Event)
 
 
+def default_sessions_dir() -> Path:
+    """Where sessions go unless configured: `$XDG_DATA_HOME/recap/sessions`, else
+    `~/.local/share/recap/sessions`. Not created here."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "recap" / "sessions"
+
+
 def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
