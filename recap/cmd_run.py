@@ -1,0 +1,137 @@
+"""`recap run` (the main job) and `recap session show`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+session_app = typer.Typer(help="Read session files.", no_args_is_help=True)
+
+
+def _describe(event: Any) -> str | None:
+    """One progress line per event worth showing, or None."""
+    kind = event.type
+    if kind == "policy_turn":
+        if event.kind == "summary":
+            return None
+        calls = ", ".join(f"{c.name}" for c in event.tool_calls) or "no tool call"
+        return f"step {event.turn}: {calls} ({event.completion_tokens} tokens, {event.duration_s:.1f}s)"
+    if kind == "observation":
+        head = event.output.strip().splitlines()[0][:100] if event.output.strip() else ""
+        mark = "[red]error[/red] " if event.is_error else ""
+        return f"  -> {mark}{event.name}: {head}"
+    if kind == "summary":
+        cut = " (cut to fit)" if event.truncated else ""
+        return (
+            f"[bold magenta]summary {event.index}[/bold magenta]: context {event.tokens_before:,} -> "
+            f"{event.tokens_after:,} tokens{cut}"
+        )
+    if kind == "prune":
+        return f"[magenta]pruned[/magenta] observations {event.obs_ids}: {event.tokens_before:,} -> {event.tokens_after:,} tokens"
+    return None
+
+
+def run(
+    task: str = typer.Argument(..., help="What the agent should do, in plain words."),
+    repo: Path = typer.Option(Path("."), "--repo", help="The repository to work on (never modified unless --apply)."),
+    model: str = typer.Option("embedded", "--model", help="Policy spec: embedded, hf:PATH, openai:MODEL@URL, scripted:FILE.json."),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="Base URL for openai: specs (else OPENAI_BASE_URL)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for openai: specs."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter directory to load onto a local model."),
+    backend: str = typer.Option("local", "--backend", help="Shadow backend: local or docker."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="A TOML config file ([agent], [context] sections)."),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many policy turns."),
+    summarize_at: Optional[float] = typer.Option(None, "--summarize-at", help="Self-summary trigger: tokens, or a fraction of the window (<=1)."),
+    hard_limit: Optional[float] = typer.Option(None, "--hard-limit", help="Above this (tokens or fraction) only prune and finish are offered."),
+    keep_recent: Optional[int] = typer.Option(None, "--keep-recent", help="Turns kept verbatim after a summary."),
+    max_summaries: Optional[int] = typer.Option(None, "--max-summaries", help="Cap on self-summaries per episode."),
+    verify: Optional[str] = typer.Option(None, "--verify", help="A command that checks the result (e.g. tests); recorded and scored."),
+    sessions_dir: Optional[Path] = typer.Option(None, "--sessions-dir", help="Where the session file goes (default: ~/.local/share/recap/sessions)."),
+    apply: bool = typer.Option(False, "--apply", help="Apply the final diff to --repo (only when asked)."),
+) -> None:
+    """Run the agent on a shadow copy of REPO; print the proposed diff and the session file."""
+    from rich.console import Console
+
+    from harness.agent import Agent
+    from harness.config import RecapConfig
+    from harness.errors import RecapError
+    from harness.policies import load_policy
+    from harness.session import SessionWriter, default_sessions_dir, new_session_id
+    from shadow_backend import open_backend
+
+    console = Console(stderr=True)
+    repo = repo.resolve()
+    try:
+        config = RecapConfig.load(
+            config_file,
+            max_steps=max_steps,
+            summarize_at=summarize_at,
+            hard_limit=hard_limit,
+            keep_recent=keep_recent,
+            max_summaries=max_summaries,
+        )
+        with console.status(f"loading policy {model}..."):
+            policy = load_policy(model, endpoint=endpoint, api_key=api_key, adapter=str(adapter) if adapter else None)
+        with console.status(f"creating a {backend} shadow workspace of {repo}..."):
+            workspace = open_backend(backend, repo)
+    except RecapError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+    path = (sessions_dir or default_sessions_dir()) / f"{new_session_id()}.jsonl"
+    log = SessionWriter(path)
+    console.print(f"[dim]workspace {workspace.root} ({workspace.origin.sandbox})[/dim]")
+
+    def on_event(event: Any) -> None:
+        line = _describe(event)
+        if line:
+            console.print(line)
+
+    try:
+        with console.status("agent running... (Ctrl-C stops it)"):
+            result = Agent(policy=policy, workspace=workspace, config=config, log=log, on_event=on_event).run(
+                task, verify=verify
+            )
+    finally:
+        log.close()
+        workspace.close()
+
+    console.print(f"[bold]stopped:[/bold] {result.stop_reason} after {result.steps} steps" + (f" — {result.message}" if result.message else ""))
+    if result.diff:
+        sys.stdout.write(result.diff if result.diff.endswith("\n") else result.diff + "\n")
+    else:
+        console.print("[yellow]no change proposed[/yellow]")
+    console.print(f"session: {path}")
+    if apply and result.diff:
+        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=repo, input=result.diff.encode(), capture_output=True)
+        if done.returncode != 0:
+            console.print(f"[red]could not apply the diff:[/red] {done.stderr.decode(errors='replace')}")
+            raise typer.Exit(1)
+        console.print(f"[green]applied to {repo}[/green]")
+
+
+@session_app.command("show")
+def show(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="A session .jsonl file.")) -> None:
+    """Render a session as readable text, summaries highlighted."""
+    from rich.console import Console
+
+    from harness.errors import SessionFormatError
+    from harness.render import render_session
+    from harness.session import read_session
+
+    console = Console()
+    try:
+        session = read_session(file)
+    except SessionFormatError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    render_session(session, console)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.add_typer(session_app, name="session")

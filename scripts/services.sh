@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Idempotent: what the test suite needs besides the venv. Installs docker.io and debootstrap when
+# missing (as root, with apt-get), starts dockerd when no daemon answers, and builds the offline
+# base image `recap-base` (skipped when it exists).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "services: installing docker.io and debootstrap with apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+  else
+    echo "services: docker.io and debootstrap are needed; install them (apt-get install docker.io debootstrap)" >&2
+    exit 1
+  fi
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  echo "services: starting dockerd"
+  if [ "$(id -u)" = 0 ]; then
+    nohup dockerd >/tmp/recap-dockerd.log 2>&1 &
+  else
+    sudo -n nohup dockerd >/tmp/recap-dockerd.log 2>&1 &
+  fi
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || { echo "services: dockerd did not start; see /tmp/recap-dockerd.log" >&2; exit 1; }
+fi
+
+.venv/bin/recap backend build-image --name recap-base
+
+command -v node >/dev/null && command -v npm >/dev/null || {
+  echo "services: node and npm are needed for the editor plugin tests" >&2; exit 1; }
