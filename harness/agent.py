@@ -1,0 +1,279 @@
+"""The agent loop: build the context, ask the policy, run the tool calls, append events, check stops.
+
+Every step is an event in the session log (`harness.session`), and the context is rebuilt from the
+events each turn (`harness.context`), so the log alone replays the episode. Nothing the policy
+writes can crash the run: malformed JSON, unknown tools, wrong argument types, a reply without a
+call and tools not offered now all become error observations the policy reads. An unexpected
+exception ends the run with stop reason "error"; there is always a `Final` event with the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.config import RecapConfig
+from harness.context import ContextManager, ContextView, prune_tool
+from harness.errors import ToolError
+from harness.prompts import NO_CALL, NOT_OFFERED, SYSTEM_PROMPT
+from harness.session import (
+    SCHEMA_VERSION,
+    Final,
+    Observation,
+    PolicyTurn,
+    Prune,
+    SessionStart,
+    SessionWriter,
+    StopReason,
+    Summary,
+    ToolCallRecord,
+    new_session_id,
+)
+from harness.tools.base import ToolRegistry, ToolResult
+from harness.types import Policy
+from harness.workspace import Workspace, WorkspaceOrigin
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of `Agent.run`.
+
+    Attributes:
+        stop_reason: why the episode ended (`harness.session.StopReason`).
+        message: the `finish` message, or what went wrong.
+        diff: unified diff of the workspace against its start state.
+        steps: action turns taken (summary turns not counted).
+        session_path: the session file, or None for an in-memory log.
+        events: every event of the episode, in order.
+    """
+
+    stop_reason: StopReason
+    message: str | None
+    diff: str
+    steps: int
+    session_path: str | None
+    events: tuple[Any, ...]
+
+
+def _signature(turn: PolicyTurn) -> tuple[Any, ...]:
+    """What the loop guard compares: the calls with canonical arguments (or the text when none)."""
+    def canonical(arguments: str) -> str:
+        try:
+            return json.dumps(json.loads(arguments), sort_keys=True)
+        except ValueError:
+            return arguments
+
+    calls = tuple((c.name, canonical(c.arguments)) for c in turn.tool_calls)
+    return calls + tuple(turn.parse_errors) if calls or turn.parse_errors else ("<text>", turn.text)
+
+
+class Agent:
+    """Runs one episode of a policy in a workspace.
+
+    Args:
+        policy: any `harness.types.Policy`.
+        workspace: where the tools act (`harness.workspace.Workspace`).
+        tools: the tools offered (default: `harness.tools.default_registry`); `prune` is added.
+        config: the run's configuration (default: `RecapConfig()`).
+        log: where events go (default: an in-memory `SessionWriter`); must be fresh.
+        on_event: called with each event after it is logged (progress, editor streaming); its
+            exceptions are logged and ignored.
+        cancel: set it to stop the run before its next step (stop reason "cancelled").
+    Raises:
+        ConfigError: the config leaves no room for a prompt in the policy's window.
+        ValueError: `log` already holds events, or `tools` already has a `prune` tool.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        workspace: Workspace,
+        tools: ToolRegistry | None = None,
+        config: RecapConfig | None = None,
+        log: SessionWriter | None = None,
+        on_event: Callable[[Any], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        self.policy = policy
+        self.workspace = workspace
+        self.config = config or RecapConfig()
+        self.log = log if log is not None else SessionWriter(None)
+        if self.log.events:
+            raise ValueError("Agent needs a fresh SessionWriter (this one already holds events)")
+        self.on_event = on_event
+        self.cancel = cancel
+        if tools is None:
+            from harness.tools import default_registry
+
+            tools = default_registry(command_timeout_s=self.config.agent.command_timeout_s)
+        self.tools = ToolRegistry([*(tools.get(n) for n in tools.names), prune_tool(self._prune)])
+        self.context = ContextManager(
+            policy=policy, config=self.config.context, tool_specs=self.tools.specs(), reserve_tokens=self.config.reserve_tokens
+        )
+        self._turn = 0
+        self._steps = 0
+        self._obs = 0
+        self._streak: tuple[tuple[Any, ...] | None, int] = (None, 0)
+
+    @property
+    def events(self) -> list[Any]:
+        return self.log.events
+
+    def run(
+        self,
+        task: str,
+        *,
+        origin: WorkspaceOrigin | None = None,
+        source: str = "cli",
+        verify: str | None = None,
+        reference_diff: str | None = None,
+        adapter_id: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> RunResult:
+        """Run the episode to its end. Never raises for what happens inside the episode: the
+        outcome is in `RunResult.stop_reason` and in the `Final` event."""
+        if self.events:
+            raise RuntimeError("an Agent runs one episode; create a new one")
+        origin = origin or getattr(self.workspace, "origin", None)
+        started = time.perf_counter()
+        self._emit(
+            SessionStart, schema_version=SCHEMA_VERSION, session_id=new_session_id(), source=source,
+            repo=origin.repo if origin else self.workspace.root,
+            base_commit=origin.base_commit if origin else None, base_diff=origin.base_diff if origin else "",
+            buffers=dict(origin.buffers) if origin else {}, sandbox=origin.sandbox if origin else "",
+            task=task, model=self.policy.spec, adapter_id=adapter_id, config=self.config.to_dict(),
+            tools=self.tools.specs(), system_prompt=SYSTEM_PROMPT, verify=verify,
+            reference_diff=reference_diff, meta=meta or {},
+        )
+        try:
+            stop, message = self._loop()
+        except KeyboardInterrupt:
+            stop, message = "cancelled", "interrupted"
+        except Exception as exc:  # the run must end with a Final event whatever happened
+            logger.exception("agent run failed")
+            stop, message = "error", f"{type(exc).__name__}: {exc}"
+        turns = [e for e in self.events if isinstance(e, PolicyTurn)]
+        final = self._emit(
+            Final, stop_reason=stop, message=message, diff=self._diff(), steps=self._steps,
+            prompt_tokens=sum(t.prompt_tokens for t in turns), completion_tokens=sum(t.completion_tokens for t in turns),
+            encoded_tokens=sum(t.encoded_tokens for t in turns),
+            summaries=sum(isinstance(e, Summary) for e in self.events), duration_s=time.perf_counter() - started,
+        )
+        path = str(self.log.path) if self.log.path is not None else None
+        return RunResult(final.stop_reason, final.message, final.diff, final.steps, path, tuple(self.events))
+
+    def _loop(self) -> tuple[StopReason, str | None]:
+        cfg = self.config.agent
+        while self._steps < cfg.max_steps:
+            if self.cancel is not None and self.cancel.is_set():
+                return "cancelled", None
+            if self.context.wants_summary(self.events) and not self._summarize():
+                return "context_exhausted", f"the summary prompt does not fit {self.context.limit_tokens} tokens"
+            view = self.context.view(self.events)
+            if view is None:
+                return "context_exhausted", f"the smallest context does not fit {self.context.limit_tokens} tokens"
+            turn = self._ask(view, kind="action")
+            self._steps += 1
+            finished = self._execute(turn, view.offered)
+            if finished is not None:
+                return "finish", finished
+            if self._repeats(turn) >= cfg.loop_guard_repeats:
+                return "loop_guard", f"the same call came {cfg.loop_guard_repeats} times in a row"
+        return "max_steps", None
+
+    # -- the parts of a step ---------------------------------------------------------------------
+
+    def _emit(self, cls: type, **fields: Any) -> Any:
+        event = self.log.emit(cls, **fields)
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:
+                logger.exception("on_event callback failed for %s", event.type)
+        return event
+
+    def _ask(self, view: ContextView, *, kind: str) -> PolicyTurn:
+        cfg = self.config.agent
+        budget = cfg.max_new_tokens if kind == "action" else cfg.summary_max_new_tokens
+        max_new = min(budget, self.policy.context_window - view.tokens)
+        c = self.policy.generate(list(view.messages), list(view.tools) or None, max_new_tokens=max_new, kind=kind)
+        turn = self._emit(
+            PolicyTurn, turn=self._turn, kind=kind, segment=sum(isinstance(e, Summary) for e in self.events),
+            text=c.text, tool_calls=[ToolCallRecord(id=t.id, name=t.name, arguments=t.arguments) for t in c.tool_calls],
+            parse_errors=list(c.parse_errors), offered_tools=list(view.offered),
+            prompt_ids=list(c.prompt_ids) if c.prompt_ids is not None else None,
+            completion_ids=list(c.completion_ids) if c.completion_ids is not None else None,
+            logprobs=list(c.logprobs) if c.logprobs is not None else None, constrained=c.constrained,
+            finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens or view.tokens,
+            completion_tokens=c.completion_tokens, encoded_tokens=c.encoded_tokens, duration_s=c.duration_s,
+        )
+        self._turn += 1
+        return turn
+
+    def _summarize(self) -> bool:
+        """A summary turn: the policy's completion becomes a `Summary` event. False when its prompt can't fit."""
+        view = self.context.summary_prompt(self.events)
+        if view is None:
+            return False
+        turn = self._ask(view, kind="summary")
+        self._emit(Summary, **self.context.summary_fields(self.events, turn.text, finish_reason=turn.finish_reason))
+        return True
+
+    def _execute(self, turn: PolicyTurn, offered: tuple[str, ...]) -> str | None:
+        """Run the turn's calls in order, one observation each; the finish message when it finished."""
+        for i, problem in enumerate(turn.parse_errors):
+            self._observe(turn, f"parse_{turn.turn}_{i}", "(malformed)", "", ToolResult(problem, is_error=True, error_kind="malformed"))
+        if not turn.tool_calls and not turn.parse_errors:
+            self._observe(turn, f"none_{turn.turn}", "(no call)", "", ToolResult(NO_CALL, is_error=True, error_kind="no_call"))
+        for call in turn.tool_calls:
+            started = time.perf_counter()
+            if call.name in self.tools and call.name not in offered:
+                message = NOT_OFFERED.format(name=call.name, offered=", ".join(offered))
+                result = ToolResult(message, is_error=True, error_kind="not_offered")
+            else:
+                result = self.tools.call(call.name, call.arguments, self.workspace)
+            self._observe(turn, call.id, call.name, call.arguments, result, duration_s=time.perf_counter() - started)
+            if result.finished and not result.is_error:
+                return result.output
+        return None
+
+    def _observe(self, turn: PolicyTurn, call_id: str, name: str, arguments: str, result: ToolResult, *, duration_s: float = 0.0) -> None:
+        self._obs += 1
+        self._emit(
+            Observation, turn=turn.turn, obs_id=self._obs, call_id=call_id, name=name, arguments=arguments,
+            output=result.output, is_error=result.is_error, error_kind=result.error_kind, duration_s=duration_s,
+        )
+
+    def _repeats(self, turn: PolicyTurn) -> int:
+        signature = _signature(turn)
+        previous, count = self._streak
+        self._streak = (signature, count + 1 if signature == previous else 1)
+        return self._streak[1]
+
+    def _prune(self, ids: list[int]) -> ToolResult:
+        """The body of the `prune` tool: records a `Prune` event for the ids that are visible now."""
+        visible = self.context.visible_obs_ids(self.events)
+        valid = sorted(set(ids) & set(visible))
+        if not valid:
+            raise ToolError(f"nothing to prune among {ids}; observations shown in full: {visible}")
+        before = self.context.tokens(self.events)
+        probe = Prune(seq=len(self.events), ts=0.0, turn=self._turn - 1, obs_ids=valid, tokens_before=before, tokens_after=0)
+        after = self.context.tokens([*self.events, probe])
+        self._emit(Prune, turn=self._turn - 1, obs_ids=valid, tokens_before=before, tokens_after=after)
+        ignored = sorted(set(ids) - set(valid))
+        note = f"; ignored {ignored} (unknown, summarized or already pruned)" if ignored else ""
+        return ToolResult(f"pruned observations {valid}: context {before} -> {after} tokens{note}")
+
+    def _diff(self) -> str:
+        try:
+            return self.workspace.diff()
+        except Exception:
+            logger.exception("workspace diff failed")
+            return ""

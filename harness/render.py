@@ -1,0 +1,85 @@
+"""A session as readable text (`recap session show FILE`), with rich; summaries highlighted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.session import Final, Observation, PolicyTurn, Prune, Score, Session, SessionStart, Summary, UserMessage, Verdict
+
+OUTPUT_LINES = 12
+
+
+def _head(text: str, lines: int = OUTPUT_LINES) -> str:
+    parts = text.splitlines()
+    if len(parts) <= lines:
+        return text
+    return "\n".join(parts[:lines]) + f"\n... ({len(parts) - lines} more lines)"
+
+
+def _renderable(event: Any) -> Any:
+    from rich.markup import escape
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+    from rich.text import Text
+
+    if isinstance(event, SessionStart):
+        ctx = event.config.get("context", {})
+        body = Text.assemble(
+            ("task: ", "bold"), event.task, "\n",
+            ("model: ", "bold"), event.model, ("  adapter: ", "bold") if event.adapter_id else "", event.adapter_id or "", "\n",
+            ("repo: ", "bold"), f"{event.repo} @ {event.base_commit or '(no commit)'}", "\n",
+            ("context: ", "bold"), ", ".join(f"{k}={v}" for k, v in ctx.items()) or "(defaults)",
+        )
+        return Panel(body, title=f"session {event.session_id} ({event.source})", border_style="blue")
+    if isinstance(event, UserMessage):
+        return Text.assemble(("user: ", "bold green"), event.content)
+    if isinstance(event, PolicyTurn):
+        kind = "summary turn" if event.kind == "summary" else f"turn {event.turn}"
+        title = f"[bold cyan]{kind}[/] [dim](segment {event.segment}, {event.prompt_tokens} -> {event.completion_tokens} tokens"
+        title += ", constrained" if event.constrained else ""
+        title += f", {event.finish_reason})[/]"
+        lines = [title]
+        if event.kind == "action":
+            lines.append(escape(event.text.strip()) or "[dim](no text)[/]")
+            lines += [f"[red]malformed:[/] {escape(p)}" for p in event.parse_errors]
+        return "\n".join(lines)
+    if isinstance(event, Observation):
+        style = "red" if event.is_error else "green"
+        label = f"[{style}]{escape(f'[obs {event.obs_id}] {event.name}')}[/] {escape(event.arguments[:120])}"
+        if event.error_kind:
+            label += f" [red]({event.error_kind})[/]"
+        return label + "\n" + escape(_head(event.output))
+    if isinstance(event, Summary):
+        flag = " [bold red]TRUNCATED[/]" if event.truncated else ""
+        title = f"summary {event.index}: {event.tokens_before} -> {event.tokens_after} tokens{flag}"
+        return Panel(escape(event.text), title=title, border_style="bold yellow", style="yellow")
+    if isinstance(event, Prune):
+        return f"[magenta]prune[/] obs {event.obs_ids}: {event.tokens_before} -> {event.tokens_after} tokens"
+    if isinstance(event, Final):
+        head = f"[bold]final:[/] {event.stop_reason} after {event.steps} steps, {event.summaries} summaries, "
+        head += f"{event.prompt_tokens} prompt / {event.completion_tokens} completion tokens, {event.duration_s:.1f} s"
+        if event.message:
+            head += f"\n{escape(event.message)}"
+        parts: list[Any] = [head]
+        if event.diff:
+            parts.append(Syntax(event.diff, "diff", theme="ansi_dark", word_wrap=True))
+        from rich.console import Group
+
+        return Group(*parts)
+    if isinstance(event, Verdict):
+        return f"[bold]verdict:[/] {event.verdict}" + (f" ({escape(event.reason)})" if event.reason else "")
+    if isinstance(event, Score):
+        return f"[bold]score:[/] verify_passed={event.verify_passed} rewards={event.rewards}"
+    return escape(repr(event))
+
+
+def render_session(session: Session, console: Any) -> None:
+    """Print every event of `session` to `console` (a `rich.console.Console`), in order.
+
+    Summaries are yellow panels with their token counts (and a TRUNCATED flag); observations show
+    their first lines; the final diff is syntax-highlighted. A torn file is said so at the end.
+    """
+    for event in session.events:
+        console.print(_renderable(event))
+    if session.torn:
+        console.print("[bold red]the last line of this session file was torn (cut mid-write) and was skipped[/]")

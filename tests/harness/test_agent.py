@@ -1,0 +1,179 @@
+"""The agent loop end to end with a scripted policy on a real git workspace."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+
+import pytest
+from rich.console import Console
+
+from harness.agent import Agent
+from harness.config import AgentConfig, ContextConfig, RecapConfig
+from harness.policies.scripted import ScriptedPolicy
+from harness.render import render_session
+from harness.session import Final, Observation, PolicyTurn, SessionStart, SessionWriter, Summary, read_session
+from test_agent_support import TOOLS, GitDirWorkspace, call
+
+
+@pytest.fixture
+def ws(tmp_path):
+    return GitDirWorkspace(tmp_path / "repo", {"app.py": "x = 1\n"})
+
+
+def run(ws, turns, *, config=None, log=None, window=4096, **kwargs):
+    policy = ScriptedPolicy(turns, context_window=window)
+    agent = Agent(policy=policy, workspace=ws, tools=TOOLS, config=config or RecapConfig(), log=log, **kwargs)
+    return agent.run("change x to 2 in app.py"), policy
+
+
+def observations(result):
+    return [e for e in result.events if isinstance(e, Observation)]
+
+
+def test_finish_returns_the_diff_and_the_message(ws):
+    result, policy = run(ws, [call("read_file", path="app.py"), call("write_file", path="app.py", content="x = 2\n"), call("finish", message="x is 2 now")])
+    assert result.stop_reason == "finish"
+    assert result.message == "x is 2 now"
+    assert result.steps == 3
+    assert "-x = 1\n+x = 2" in result.diff
+    # the model read the file through an observation headed with its id
+    assert policy.calls[1].messages[-1]["content"] == '[obs 1] read_file {"path": "app.py"}\nx = 1\n'
+    final = result.events[-1]
+    assert isinstance(final, Final) and final.diff == result.diff and final.steps == 3
+
+
+@pytest.mark.parametrize(
+    "turn, kind, says",
+    [
+        ('<tool_call>\n{"name": "read_file", "arguments": {"path": "app.py"\n</tool_call>', "malformed", "not valid JSON"),
+        (call("open_file", path="app.py"), "unknown_tool", "unknown tool 'open_file'"),
+        (call("emit", size="many"), "bad_arguments", "size"),
+        ({"content": "", "tool_calls": [{"name": "emit", "arguments": "{size: 3"}]}, "malformed", "not valid JSON"),
+        ("I think I am done.", "no_call", "No tool call found"),
+        (call("prune", ids=[1]), "not_offered", "prune is not offered now"),
+    ],
+)
+def test_malformed_calls_become_counted_readable_observations(ws, turn, kind, says):
+    result, policy = run(ws, [turn, call("finish", message="ok")])
+    assert result.stop_reason == "finish"
+    errors = [o for o in observations(result) if o.is_error]
+    assert [o.error_kind for o in errors] == [kind]
+    assert says in errors[0].output
+    # the next prompt shows the error to the model, headed by its observation id
+    assert f"[obs 1]" in policy.calls[1].messages[-1]["content"]
+    assert says in policy.calls[1].messages[-1]["content"]
+
+
+def test_loop_guard_stops_on_the_same_call_repeated(ws):
+    same = call("emit", size=1)
+    result, _ = run(ws, [same, {"content": "", "tool_calls": [{"name": "emit", "arguments": {"size": 1}}]}, same, call("finish", message="never")],
+                    config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    assert result.stop_reason == "loop_guard"
+    assert result.steps == 3
+
+
+def test_loop_guard_counts_only_consecutive_repeats(ws):
+    a, b = call("emit", size=1), call("emit", size=2)
+    result, _ = run(ws, [a, a, b, a, a, call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    assert result.stop_reason == "finish"
+
+
+def test_max_steps(ws):
+    turns = [call("emit", size=i) for i in range(10)]
+    result, policy = run(ws, turns, config=RecapConfig(agent=AgentConfig(max_steps=4)))
+    assert result.stop_reason == "max_steps"
+    assert result.steps == 4 and len(policy.calls) == 4
+
+
+def test_policy_failure_ends_with_error_and_a_final_event(ws):
+    result, _ = run(ws, [call("write_file", path="app.py", content="x = 3\n")])
+    assert result.stop_reason == "error"
+    assert "script exhausted after 1 turns" in result.message
+    assert isinstance(result.events[-1], Final)
+    assert "+x = 3" in result.diff
+
+
+def test_cancel_stops_before_the_next_step(ws):
+    cancel = threading.Event()
+    seen = []
+
+    def on_event(event):
+        seen.append(event)
+        if isinstance(event, Observation):
+            cancel.set()
+
+    result, policy = run(ws, [call("emit", size=1), call("emit", size=2)], on_event=on_event, cancel=cancel)
+    assert result.stop_reason == "cancelled"
+    assert len(policy.calls) == 1
+    assert [e.seq for e in seen] == [e.seq for e in result.events]
+
+
+def test_session_file_records_every_event_and_reads_back(ws, tmp_path):
+    path = tmp_path / "s.jsonl"
+    log = SessionWriter(path)
+    config = RecapConfig(context=ContextConfig(summarize_at=800, hard_limit=0.9, keep_recent=1), agent=AgentConfig(max_new_tokens=64))
+    turns = [call("emit", size=150), call("emit", size=150), "Goal: x=2. Files: app.py.", call("finish", message="done")]
+    result, _ = run(ws, turns, config=config, log=log, window=2048)
+    log.close()
+    assert result.stop_reason == "finish"
+    session = read_session(path)
+    assert not session.torn
+    assert [e.model_dump() for e in session.events] == [e.model_dump() for e in result.events]
+    start = session.start
+    assert isinstance(start, SessionStart) and start.task == "change x to 2 in app.py" and start.model == "scripted"
+    assert start.config == config.to_dict()
+    assert start.base_commit == ws.origin.base_commit and start.sandbox == "none: test"
+    assert {t["function"]["name"] for t in start.tools} == {"emit", "read_file", "write_file", "finish", "prune"}
+    turns_ = session.of_type(PolicyTurn)
+    assert [t.kind for t in turns_] == ["action", "action", "summary", "action"]
+    assert [t.segment for t in turns_] == [0, 0, 0, 1]
+    assert all(t.prompt_ids and len(t.prompt_ids) == t.prompt_tokens for t in turns_)
+    assert session.of_type(Summary)[0].text == "Goal: x=2. Files: app.py."
+    assert session.final.summaries == 1
+
+
+def test_torn_session_file_reads_up_to_the_tear(ws, tmp_path):
+    path = tmp_path / "s.jsonl"
+    log = SessionWriter(path)
+    result, _ = run(ws, [call("emit", size=3), call("finish", message="done")], log=log)
+    log.close()
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 25])  # a crash in the middle of writing the Final event
+    session = read_session(path)
+    assert session.torn
+    assert [e.type for e in session.events] == [e.type for e in result.events[:-1]]
+    assert session.final is None
+
+
+def test_render_session_highlights_summaries(ws, tmp_path):
+    path = tmp_path / "s.jsonl"
+    log = SessionWriter(path)
+    config = RecapConfig(context=ContextConfig(summarize_at=800, keep_recent=0), agent=AgentConfig(max_new_tokens=64))
+    run(ws, [call("emit", size=150), call("emit", size=150), "SUMMARY-TEXT: emitted words", call("write_file", path="app.py", content="x = 2\n"), call("finish", message="all done")],
+        config=config, log=log, window=2048)
+    log.close()
+    out = io.StringIO()
+    render_session(read_session(path), Console(file=out, width=120, color_system=None))
+    text = out.getvalue()
+    assert "summary 1:" in text and "SUMMARY-TEXT: emitted words" in text
+    assert "[obs 1] emit" in text
+    assert "final: finish after 4 steps, 1 summaries" in text
+    assert "+x = 2" in text
+
+
+def test_on_event_failure_does_not_stop_the_run(ws):
+    def broken(event):
+        raise RuntimeError("ui crashed")
+
+    result, _ = run(ws, [call("finish", message="ok")], on_event=broken)
+    assert result.stop_reason == "finish"
+
+
+def test_scripted_policy_from_file(tmp_path):
+    path = tmp_path / "turns.json"
+    path.write_text(json.dumps([call("finish", message="x"), {"content": "hi", "tool_calls": [{"name": "emit", "arguments": {"size": 1}}]}]))
+    policy = ScriptedPolicy.from_file(path)
+    assert policy.spec == f"scripted:{path}"
+    assert len(policy.turns) == 2
