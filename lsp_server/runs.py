@@ -1,0 +1,208 @@
+"""One editor session: its state, the agent run in a worker thread, and how its events are shown.
+
+`EditorSession` is plain state owned by the server's event-loop thread. `execute` is the body of the
+worker thread: it loads the policy, opens the shadow workspace (the user's files plus unsaved
+buffers), runs the agent, reads the proposal, and always closes the workspace. It never touches the
+LSP connection; events reach the loop through the `on_event` callback the server gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from harness.types import Policy
+from lsp_server.proposal import Proposal, build_proposal
+
+logger = logging.getLogger(__name__)
+
+SessionState = Literal["running", "finished", "failed", "cancelled", "accepted", "rejected"]
+
+OBSERVATION_HEAD_CHARS = 2000
+"""How much of a tool's output a `recap/event` notification carries."""
+
+_VERBS = {
+    "read_file": "reading",
+    "view_file": "reading",
+    "write_file": "editing",
+    "edit_file": "editing",
+    "replace": "editing",
+    "str_replace": "editing",
+    "insert": "editing",
+    "create_file": "creating",
+    "delete_file": "deleting",
+    "list_files": "listing",
+    "search": "searching",
+    "grep": "searching",
+    "run_command": "running",
+    "finish": "finishing",
+}
+
+
+@dataclass
+class EditorSession:
+    """A session as the server tracks it (mutated on the event-loop thread only).
+
+    Attributes:
+        id: the session id (also the session file's stem and `session_start.session_id`'s meta).
+        task: the task as the user gave it; `prompt` is what the agent gets (task plus context).
+        repo: the workspace folder the shadow workspace copies.
+        buffers: unsaved editor buffers at the start (workspace-relative path -> text).
+        adapter_id: the LoRA adapter this session runs with, fixed at start.
+        session_path: the session file.
+        progress_token: the work-done progress token, when the client supports progress.
+        step, tokens, summaries: policy action turns so far, prompt tokens of the latest turn (the
+            context size), self-summaries so far.
+        proposal: what a finished run proposes.
+        accepted: accepted files -> the lines the accepted edit inserted (for the kept signal).
+    """
+
+    id: str
+    task: str
+    prompt: str
+    repo: Path
+    buffers: dict[str, str]
+    session_path: Path
+    adapter_id: str | None = None
+    adapter_path: Path | None = None
+    progress_token: str | int | None = None
+    state: SessionState = "running"
+    step: int = 0
+    tokens: int = 0
+    summaries: int = 0
+    message: str | None = None
+    proposal: Proposal | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+    log: Any = None
+    accepted: dict[str, list[str]] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        """`SessionStatus` of `docs/lsp-protocol.md`."""
+        out: dict[str, Any] = {
+            "session": self.id,
+            "task": self.task,
+            "state": self.state,
+            "step": self.step,
+            "tokens": self.tokens,
+            "summaries": self.summaries,
+        }
+        if self.message:
+            out["message"] = self.message
+        if self.adapter_id:
+            out["adapter"] = self.adapter_id
+        return out
+
+    def observe(self, event: Any) -> str | None:
+        """Update the counters from an agent event; return the progress line for it, if any."""
+        if event.type == "policy_turn":
+            self.tokens = event.prompt_tokens
+            if event.kind == "action":
+                self.step += 1
+                return f"step {self.step}: " + (", ".join(_describe_call(c.name, c.arguments) for c in event.tool_calls) or "thinking")
+            return None
+        if event.type == "summary":
+            self.summaries = event.index
+            self.tokens = event.tokens_after
+            return f"summarized {_kilo(event.tokens_before)} -> {_kilo(event.tokens_after)} tokens"
+        if event.type == "prune":
+            self.tokens = event.tokens_after
+            return f"pruned {len(event.obs_ids)} observations: {_kilo(event.tokens_before)} -> {_kilo(event.tokens_after)} tokens"
+        return None
+
+
+def _kilo(tokens: int) -> str:
+    """12000 -> "12k", 900 -> "0.9k"."""
+    text = f"{tokens / 1000:.1f}"
+    return (text[:-2] if text.endswith(".0") else text) + "k"
+
+
+def _describe_call(name: str, arguments: str) -> str:
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        args = {}
+    args = args if isinstance(args, dict) else {}
+    verb = _VERBS.get(name, name)
+    target = args.get("path") or args.get("command") or args.get("pattern") or args.get("query")
+    if name == "run_command" and isinstance(target, str):
+        return f"running `{target[:80]}`"
+    return f"{verb} {target}" if isinstance(target, str) else verb
+
+
+def event_payload(session_id: str, event: Any) -> dict[str, Any]:
+    """The `recap/event` notification for a session event (big fields left out, outputs cut)."""
+    data = event.model_dump(mode="json")
+    if event.type == "session_start":
+        data = {k: data[k] for k in ("seq", "ts", "type", "session_id", "task", "model", "adapter_id", "repo", "sandbox")}
+    elif event.type == "policy_turn":
+        for key in ("prompt_ids", "completion_ids", "logprobs"):
+            data.pop(key, None)
+    elif event.type == "observation":
+        output = data["output"]
+        data["output"] = output[:OBSERVATION_HEAD_CHARS]
+        data["truncated"] = len(output) > OBSERVATION_HEAD_CHARS
+    return {"session": session_id, **data}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What the worker thread hands back: the final state, a message, and the proposal."""
+
+    state: SessionState
+    message: str | None
+    proposal: Proposal | None
+
+
+def execute(
+    session: EditorSession,
+    *,
+    policy: Callable[[], Policy],
+    open_workspace: Callable[[], Any],
+    config: Any,
+    log: Any,
+    on_event: Callable[[Any], None],
+    model_spec: str,
+) -> RunOutcome:
+    """Run the agent for `session` (in a worker thread). Never raises: failures become the
+    `failed` state with the error text. The workspace is closed before returning, whatever happens.
+    """
+    from harness.agent import Agent
+    from harness.errors import RecapError
+
+    workspace = None
+    try:
+        loaded = policy()
+        if session.cancel.is_set():
+            return RunOutcome("cancelled", "cancelled before the start", None)
+        workspace = open_workspace()
+        agent = Agent(policy=loaded, workspace=workspace, config=config, log=log, on_event=on_event, cancel=session.cancel)
+        result = agent.run(
+            session.prompt,
+            origin=workspace.origin,
+            source="lsp",
+            adapter_id=session.adapter_id,
+            meta={"lsp_session": session.id, "model_spec": model_spec},
+        )
+        if result.stop_reason == "cancelled" or session.cancel.is_set():
+            return RunOutcome("cancelled", "cancelled", None)
+        if result.stop_reason == "error":
+            return RunOutcome("failed", result.message or "the agent stopped with an error", None)
+        proposal = build_proposal(workspace, result.diff)
+        message = result.stop_reason if result.stop_reason != "finish" else (result.message or None)
+        if proposal.skipped:
+            note = "not offered (binary or not UTF-8): " + ", ".join(proposal.skipped)
+            message = f"{message}; {note}" if message else note
+        return RunOutcome("finished", message, proposal)
+    except (RecapError, OSError, ValueError) as exc:
+        logger.warning("session %s failed: %s", session.id, exc)
+        return RunOutcome("failed", f"{type(exc).__name__}: {exc}", None)
+    except Exception as exc:  # a bug must not kill the server; report it as the session's failure
+        logger.exception("session %s crashed", session.id)
+        return RunOutcome("failed", f"internal error: {type(exc).__name__}: {exc}", None)
+    finally:
+        if workspace is not None:
+            workspace.close()

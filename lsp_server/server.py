@@ -1,0 +1,490 @@
+"""`RecapServer`: the agent inside any LSP editor (pygls 2). The wire contract is `docs/lsp-protocol.md`.
+
+One server object per client connection holds everything: the configuration, the open documents
+(pygls' workspace), the sessions and the shared policies. Handlers are thin: they validate the
+arguments (`lsp_server.options`), call a method here, and convert back. A run executes in a worker
+thread (`lsp_server.runs.execute`); its events come back to the event-loop thread with
+`loop.call_soon_threadsafe` and go out as work-done progress and `recap/event` notifications.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+from pygls.uris import from_fs_path, to_fs_path
+
+from lsp_server import edits
+from lsp_server.adapters import newest_adapter
+from lsp_server.options import (
+    AcceptParams,
+    RejectParams,
+    RunParams,
+    ServerOptions,
+    SessionParams,
+    StatusParams,
+    parse,
+)
+from lsp_server.policies import PolicyCache
+from lsp_server.runs import EditorSession, event_payload, execute
+
+logger = logging.getLogger(__name__)
+
+COMMANDS = ("recap.run", "recap.cancel", "recap.accept", "recap.reject", "recap.status", "recap.proposal")
+EVENT_NOTIFICATION = "recap/event"
+CANCEL_WAIT_S = 10.0
+"""How long `recap.cancel` waits for the run to stop before answering."""
+
+
+class RecapProtocol(LanguageServerProtocol):
+    """Keeps the `workspace/executeCommand` params of the request being handled, so that
+    `recap.run` can use the client's `workDoneToken` (pygls passes only the arguments)."""
+
+    execute_params: types.ExecuteCommandParams | None = None
+
+    @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
+    def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):
+        self.execute_params = params
+        return (yield from super().lsp_workspace__execute_command(params))
+
+
+def invalid(message: str) -> JsonRpcInvalidParams:
+    return JsonRpcInvalidParams(message)
+
+
+def arguments(model: type, args: tuple[Any, ...], command: str) -> Any:
+    """The one object argument of `command`, validated; InvalidParams otherwise."""
+    if len(args) != 1:
+        raise invalid(f"{command} takes one argument, an object; got {len(args)} arguments")
+    try:
+        return parse(model, args[0])
+    except ValueError as exc:
+        raise invalid(f"{command}: {exc}") from None
+
+
+class RecapServer(LanguageServer):
+    """The recap language server; per-client state lives here."""
+
+    def __init__(self) -> None:
+        from importlib.metadata import version
+
+        super().__init__("recap", version("recap"), protocol_cls=RecapProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.options = ServerOptions()
+        self.sessions: dict[str, EditorSession] = {}
+        self.policies = PolicyCache()
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._accepting: set[str] = set()
+        self._watched: dict[str, tuple[EditorSession, str]] = {}  # uri -> (session, path) awaiting "kept"
+
+    # ---- configuration ------------------------------------------------------------------------
+
+    def configure(self, update: Any, *, source: str) -> None:
+        """Merge `update` (wire names) into the options; a bad value is reported and ignored."""
+        if not update:
+            return
+        try:
+            if not isinstance(update, dict):
+                raise ValueError(f"expected an object, got {type(update).__name__}")
+            self.options = self.options.merged(update)
+        except ValueError as exc:
+            self.window_show_message(types.ShowMessageParams(
+                type=types.MessageType.Error, message=f"recap: bad {source}, keeping the previous settings: {exc}"))
+
+    async def pull_configuration(self) -> None:
+        """Read the `recap` section of `workspace/configuration` when the client offers it."""
+        caps = self.client_capabilities.workspace
+        if caps is None or not caps.configuration:
+            return
+        try:
+            result = await self.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section="recap")]))
+        except JsonRpcException as exc:
+            logger.warning("workspace/configuration failed: %s", exc)
+            return
+        if result:
+            self.configure(result[0], source="workspace/configuration")
+
+    # ---- documents ----------------------------------------------------------------------------
+
+    def repo_for(self, uri: str | None) -> Path:
+        """The workspace folder a run works on: the one holding `uri`, else the first one."""
+        roots = [Path(p) for p in (to_fs_path(f.uri) for f in self.workspace.folders.values()) if p]
+        if not roots and self.workspace.root_path:
+            roots = [Path(self.workspace.root_path)]
+        if not roots:
+            raise invalid("recap.run: the client opened no workspace folder; open a folder first")
+        path = Path(to_fs_path(uri) or "") if uri else None
+        if path is not None:
+            holding = [r for r in roots if r == path or r in path.parents]
+            if holding:
+                return max(holding, key=lambda r: len(r.parts))
+        return roots[0]
+
+    def relative(self, repo: Path, uri: str) -> str | None:
+        path = to_fs_path(uri)
+        if not path:
+            return None
+        try:
+            return Path(path).relative_to(repo).as_posix()
+        except ValueError:
+            return None
+
+    def unsaved_buffers(self, repo: Path) -> dict[str, str]:
+        """Open documents under `repo` whose text differs from the file on disk."""
+        buffers: dict[str, str] = {}
+        for uri, doc in self.workspace.text_documents.items():
+            rel = self.relative(repo, uri)
+            if rel is None:
+                continue
+            on_disk = edits.read_disk(repo / rel)
+            if on_disk != doc.source:
+                buffers[rel] = doc.source
+        return buffers
+
+    def current(self, repo: Path, path: str) -> tuple[str | None, int | None, bool]:
+        """What the user has now for `path`: (text or None when absent, open version, is open)."""
+        uri = from_fs_path(str(repo / path))
+        doc = self.workspace.text_documents.get(uri)
+        if doc is not None:
+            return doc.source, doc.version, True
+        return edits.read_disk(repo / path), None, False
+
+    def compose_prompt(self, params: RunParams, repo: Path) -> str:
+        """The task plus what the user pointed at (a file, or the lines of a range)."""
+        if params.uri is None:
+            return params.task
+        rel = self.relative(repo, params.uri) or to_fs_path(params.uri) or params.uri
+        if params.range is None:
+            return f"{params.task}\n\nContext: the file {rel}."
+        doc = self.workspace.get_text_document(params.uri)
+        try:
+            lines = doc.lines
+        except OSError:
+            lines = []
+        first, last = params.range.start.line, params.range.end.line
+        if params.range.end.character == 0 and last > first:
+            last -= 1
+        excerpt = "".join(lines[first:last + 1]).rstrip("\n")
+        return f"{params.task}\n\nContext: {rel}, lines {first + 1}-{last + 1}:\n```\n{excerpt}\n```"
+
+    # ---- sessions -----------------------------------------------------------------------------
+
+    def session(self, session_id: str, command: str) -> EditorSession:
+        found = self.sessions.get(session_id)
+        if found is None:
+            known = ", ".join(self.sessions) or "none"
+            raise invalid(f"{command}: unknown session {session_id!r} (known sessions: {known})")
+        return found
+
+    def start_run(self, params: RunParams, work_done_token: str | int | None) -> EditorSession:
+        from harness.session import default_sessions_dir, new_session_id
+
+        repo = self.repo_for(params.uri)
+        adapter = newest_adapter(self.options.adapter_dir)
+        session_id = new_session_id()
+        sessions_dir = self.options.sessions_dir or default_sessions_dir()
+        session = EditorSession(
+            id=session_id,
+            task=params.task,
+            prompt=self.compose_prompt(params, repo),
+            repo=repo,
+            buffers=self.unsaved_buffers(repo),
+            session_path=sessions_dir / f"{session_id}.jsonl",
+            adapter_id=adapter.id if adapter else None,
+            adapter_path=adapter.path if adapter else None,
+            progress_token=work_done_token,
+        )
+        self.sessions[session_id] = session
+        task = asyncio.get_running_loop().create_task(self._drive(session, self.options))
+        self._runs[session_id] = task
+        task.add_done_callback(lambda _: self._runs.pop(session_id, None))
+        return session
+
+    async def _drive(self, session: EditorSession, options: ServerOptions) -> None:
+        """Run `session` to its end: progress, events, the worker thread, the final state."""
+        from harness.config import RecapConfig
+        from harness.errors import RecapError
+        from harness.session import SessionWriter
+        from shadow_backend import open_backend
+
+        await self._begin_progress(session)
+        self.send_event(session, {"type": "state", "state": session.state})
+        loop = asyncio.get_running_loop()
+
+        def on_event(event: Any) -> None:
+            loop.call_soon_threadsafe(self._on_agent_event, session, event)
+
+        try:
+            config = RecapConfig.load(None, max_steps=options.max_steps, summarize_at=options.summarize_at,
+                                      hard_limit=options.hard_limit)
+            session.log = SessionWriter(session.session_path)
+        except (RecapError, OSError) as exc:
+            self._finish(session, "failed", str(exc))
+            return
+        outcome = await asyncio.to_thread(
+            execute,
+            session,
+            policy=lambda: self.policies.get(options.model, endpoint=options.endpoint, api_key=options.api_key,
+                                             adapter=session.adapter_path),
+            open_workspace=lambda: open_backend(options.backend, session.repo, buffers=session.buffers),
+            config=config,
+            log=session.log,
+            on_event=on_event,
+            model_spec=options.model,
+        )
+        session.proposal = outcome.proposal
+        self._finish(session, outcome.state, outcome.message)
+
+    async def _begin_progress(self, session: EditorSession) -> None:
+        caps = self.client_capabilities.window
+        if session.progress_token is None and caps is not None and caps.work_done_progress:
+            token = f"recap-{session.id}"
+            try:
+                await self.work_done_progress.create_async(token)
+                session.progress_token = token
+            except JsonRpcException as exc:
+                logger.warning("the client refused a progress token: %s", exc)
+        if session.progress_token is not None:
+            self.work_done_progress.begin(session.progress_token, types.WorkDoneProgressBegin(
+                title=f"recap: {session.task}", cancellable=True, message="starting"))
+
+    def _on_agent_event(self, session: EditorSession, event: Any) -> None:
+        line = session.observe(event)
+        if line and session.progress_token is not None and session.state == "running":
+            self.work_done_progress.report(session.progress_token, types.WorkDoneProgressReport(message=line))
+        self.protocol.notify(EVENT_NOTIFICATION, event_payload(session.id, event))
+
+    def _finish(self, session: EditorSession, state: str, message: str | None) -> None:
+        session.state = state  # type: ignore[assignment]
+        session.message = message
+        if session.progress_token is not None:
+            end = state if not message else f"{state}: {message}"
+            self.work_done_progress.end(session.progress_token, types.WorkDoneProgressEnd(message=end))
+        self.send_event(session, {"type": "state", "state": state, **({"message": message} if message else {})})
+
+    def send_event(self, session: EditorSession, payload: dict[str, Any]) -> None:
+        self.protocol.notify(EVENT_NOTIFICATION, {"session": session.id, **payload})
+
+    def set_state(self, session: EditorSession, state: str) -> None:
+        session.state = state  # type: ignore[assignment]
+        self.send_event(session, {"type": "state", "state": state})
+
+    def record_verdict(self, session: EditorSession, verdict: str, **fields: Any) -> None:
+        from harness.session import Verdict
+
+        if session.log is None:
+            return
+        event = session.log.emit(Verdict, verdict=verdict, **fields)
+        self.protocol.notify(EVENT_NOTIFICATION, event_payload(session.id, event))
+
+    async def cancel(self, session: EditorSession) -> None:
+        """Stop a running session and wait (up to CANCEL_WAIT_S) for its worker to close the workspace."""
+        session.cancel.set()
+        run = self._runs.get(session.id)
+        if run is not None:
+            await asyncio.wait({run}, timeout=CANCEL_WAIT_S)
+
+    def cancel_token(self, token: str | int) -> None:
+        for session in self.sessions.values():
+            if session.progress_token == token and session.state == "running":
+                session.cancel.set()
+
+    # ---- verdicts -----------------------------------------------------------------------------
+
+    async def accept(self, session: EditorSession, files: list[str] | None) -> dict[str, Any]:
+        """Send the proposal (or the chosen `files` of it) as one `workspace/applyEdit`."""
+        if session.state != "finished" or session.proposal is None:
+            raise invalid(f"recap.accept: session {session.id} is {session.state}; only a finished session can be accepted")
+        proposal = session.proposal
+        chosen = list(files) if files is not None else [f.path for f in proposal.files]
+        unknown = [p for p in chosen if proposal.file(p) is None]
+        if unknown:
+            offered = ", ".join(f.path for f in proposal.files) or "none"
+            raise invalid(f"recap.accept: {', '.join(unknown)} not in the proposal (it changes: {offered})")
+        refused = {"session": session.id, "state": session.state, "applied": False, "files": []}
+        if not chosen:
+            return {**refused, "message": "the session proposes no change"}
+        plan = edits.plan_edit(
+            [proposal.file(p) for p in chosen],  # type: ignore[misc]
+            current=lambda p: self.current(session.repo, p),
+            uri=lambda p: from_fs_path(str(session.repo / p)),
+            label=f"recap: {session.task}",
+        )
+        if plan.conflicts:
+            return {**refused, "message": "not applied, nothing changed: " + "; ".join(plan.conflicts)}
+        if session.id in self._accepting:
+            raise invalid(f"recap.accept: session {session.id} is already being accepted")
+        self._accepting.add(session.id)
+        try:
+            response = await self.workspace_apply_edit_async(
+                types.ApplyWorkspaceEditParams(edit=plan.edit, label=f"recap: {session.task}"))
+        except JsonRpcException as exc:
+            return {**refused, "message": f"the client failed to apply the edit: {exc}"}
+        finally:
+            self._accepting.discard(session.id)
+        if not response.applied:
+            reason = response.failure_reason or "the client did not apply the edit"
+            return {**refused, "message": reason}
+        self.set_state(session, "accepted")
+        self.record_verdict(session, "accepted", files=chosen)
+        for path, lines in plan.inserted.items():
+            session.accepted[path] = lines
+            self._watched[from_fs_path(str(session.repo / path))] = (session, path)
+        return {"session": session.id, "state": session.state, "applied": True, "files": chosen}
+
+    def reject(self, session: EditorSession, reason: str | None) -> dict[str, Any]:
+        if session.state != "finished":
+            raise invalid(f"recap.reject: session {session.id} is {session.state}; only a finished session can be rejected")
+        self.set_state(session, "rejected")
+        self.record_verdict(session, "rejected", reason=reason)
+        return {"session": session.id, "state": session.state}
+
+    def check_kept(self, uri: str, text: str | None) -> None:
+        """After an accepted file's next save or close: are the accepted lines still there?"""
+        watched = self._watched.pop(uri, None)
+        if watched is None:
+            return
+        session, path = watched
+        wanted = Counter(session.accepted.get(path, []))
+        have = Counter(line.strip() for line in (text or "").splitlines())
+        still = sum(min(n, have[line]) for line, n in wanted.items())
+        total = sum(wanted.values())
+        verdict = "kept" if still == total else "reverted"
+        self.record_verdict(session, verdict, files=[path], reason=f"{still} of {total} accepted lines still there")
+
+    def shutdown_sessions(self) -> None:
+        for session in self.sessions.values():
+            session.cancel.set()
+            if session.log is not None:
+                session.log.close()
+
+
+def create_server() -> RecapServer:
+    """A server with every handler registered (one per client connection)."""
+    server = RecapServer()
+
+    @server.feature(types.INITIALIZE)
+    def _initialize(ls: RecapServer, params: types.InitializeParams) -> None:
+        ls.configure(params.initialization_options, source="initializationOptions")
+
+    @server.feature(types.INITIALIZED)
+    async def _initialized(ls: RecapServer, params: types.InitializedParams) -> None:
+        await ls.pull_configuration()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def _configuration_changed(ls: RecapServer, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings.get("recap") if isinstance(params.settings, dict) else None
+        if settings:
+            ls.configure(settings, source="workspace/didChangeConfiguration")
+        else:
+            await ls.pull_configuration()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE, types.SaveOptions(include_text=False))
+    def _saved(ls: RecapServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.check_kept(params.text_document.uri, ls.workspace.get_text_document(params.text_document.uri).source)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def _closed(ls: RecapServer, params: types.DidCloseTextDocumentParams) -> None:
+        path = to_fs_path(params.text_document.uri)
+        ls.check_kept(params.text_document.uri, edits.read_disk(Path(path)) if path else None)
+
+    @server.feature(types.WINDOW_WORK_DONE_PROGRESS_CANCEL)
+    def _progress_cancelled(ls: RecapServer, params: types.WorkDoneProgressCancelParams) -> None:
+        ls.cancel_token(params.token)
+
+    @server.feature(types.SHUTDOWN)
+    def _shutdown(ls: RecapServer, params: None) -> None:
+        ls.shutdown_sessions()
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.RefactorRewrite]),
+    )
+    def _code_actions(ls: RecapServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return code_actions(params)
+
+    @server.command("recap.run")
+    def _run(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        params = arguments(RunParams, args, "recap.run")
+        execute_params = ls.protocol.execute_params  # type: ignore[attr-defined]
+        token = execute_params.work_done_token if execute_params is not None else None
+        return {"session": ls.start_run(params, token).id}
+
+    @server.command("recap.cancel")
+    async def _cancel(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        session = ls.session(arguments(SessionParams, args, "recap.cancel").session, "recap.cancel")
+        if session.state == "running":
+            await ls.cancel(session)
+        return {"session": session.id, "state": session.state}
+
+    @server.command("recap.accept")
+    async def _accept(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        params = arguments(AcceptParams, args, "recap.accept")
+        return await ls.accept(ls.session(params.session, "recap.accept"), params.files)
+
+    @server.command("recap.reject")
+    def _reject(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        params = arguments(RejectParams, args, "recap.reject")
+        return ls.reject(ls.session(params.session, "recap.reject"), params.reason)
+
+    @server.command("recap.status")
+    def _status(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        params = arguments(StatusParams, args, "recap.status") if args else StatusParams()
+        if params.session is not None:
+            return ls.session(params.session, "recap.status").status()
+        return {"sessions": [s.status() for s in ls.sessions.values()]}
+
+    @server.command("recap.proposal")
+    def _proposal(ls: RecapServer, *args: Any) -> dict[str, Any]:
+        session = ls.session(arguments(SessionParams, args, "recap.proposal").session, "recap.proposal")
+        if session.proposal is None:
+            raise invalid(f"recap.proposal: session {session.id} is {session.state} and has no proposal")
+        return {
+            "session": session.id,
+            "diff": session.proposal.diff,
+            "files": [
+                {"path": f.path, "uri": from_fs_path(str(session.repo / f.path)), "status": f.status,
+                 "original": f.original, "proposed": f.proposed}
+                for f in session.proposal.files
+            ],
+        }
+
+    return server
+
+
+def code_actions(params: types.CodeActionParams) -> list[types.CodeAction]:
+    """"Ask recap to fix" per diagnostic, and "Ask recap about the selection" for a non-empty range."""
+    uri = params.text_document.uri
+    actions = []
+    for diagnostic in params.context.diagnostics:
+        first = diagnostic.message.splitlines()[0] if diagnostic.message else "this problem"
+        task = f"Fix this problem reported at line {diagnostic.range.start.line + 1}: {diagnostic.message}"
+        actions.append(types.CodeAction(
+            title=f"Ask recap to fix: {first[:80]}",
+            kind=types.CodeActionKind.QuickFix,
+            diagnostics=[diagnostic],
+            command=_run_command("Ask recap to fix", task, uri, diagnostic.range),
+        ))
+    if params.range.start != params.range.end:
+        actions.append(types.CodeAction(
+            title="Ask recap about the selection",
+            kind=types.CodeActionKind.RefactorRewrite,
+            command=_run_command("Ask recap about the selection",
+                                 "Review the selected code and fix any problem you find.", uri, params.range),
+        ))
+    return actions
+
+
+def _run_command(title: str, task: str, uri: str, range_: types.Range) -> types.Command:
+    wire_range = {"start": {"line": range_.start.line, "character": range_.start.character},
+                  "end": {"line": range_.end.line, "character": range_.end.character}}
+    return types.Command(title=title, command="recap.run", arguments=[{"task": task, "uri": uri, "range": wire_range}])
