@@ -1,0 +1,314 @@
+"""Git plumbing for the local shadow backend, through GitPython.
+
+Two sides:
+
+- The user's repository is only ever *read*: `git ls-files`, `git ls-tree`, `git cat-file` and a
+  `read-tree`/`checkout-index` into a temporary index file. Nothing is written under the user's
+  `.git` (no worktree metadata, no index refresh: `GIT_OPTIONAL_LOCKS=0`).
+- The workspace's own repository (`ShadowRepo`) is a fresh `git init` holding exactly two commits,
+  `base` (the user's HEAD tree) and `start` (base + the user's changes + unsaved buffers), so the
+  agent sees no history it was not given. Its git commands ignore the user's global and system
+  config and use a fixed identity and date, so the same trees always give the same commit ids.
+
+Submodules (gitlinks) are left out of the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Iterable
+
+import git
+from gitdb.base import IStream
+
+from harness.errors import WorkspaceError
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+"""The id of git's empty tree (SHA-1 repositories)."""
+
+_GITLINK = "160000"
+
+_READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
+_SHADOW_ENV = {
+    **_READ_ONLY_ENV,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_LITERAL_PATHSPECS": "1",
+    "GIT_AUTHOR_NAME": "recap",
+    "GIT_AUTHOR_EMAIL": "recap@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000",
+    "GIT_COMMITTER_NAME": "recap",
+    "GIT_COMMITTER_EMAIL": "recap@localhost",
+    "GIT_COMMITTER_DATE": "@0 +0000",
+}
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One blob of a tree: git mode ("100644", "100755", "120000"), blob id, POSIX path."""
+
+    mode: str
+    sha: str
+    path: str
+
+
+def _split_z(output: bytes) -> list[str]:
+    return [p for p in output.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _parse_entries(output: bytes, *, with_type: bool) -> list[TreeEntry]:
+    """Parse `ls-tree -r -z` ("mode type sha\\tpath") or `ls-files -s -z` ("mode sha stage\\tpath")."""
+    entries = []
+    for record in _split_z(output):
+        meta, path = record.split("\t", 1)
+        fields = meta.split()
+        mode, sha = (fields[0], fields[2]) if with_type else (fields[0], fields[1])
+        if mode != _GITLINK:
+            entries.append(TreeEntry(mode, sha, path))
+    return entries
+
+
+class _TempFile:
+    """A named temporary file holding `data`, for GitPython's `istream` (it needs a real fd)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._file = tempfile.TemporaryFile()
+        self._file.write(data)
+        self._file.seek(0)
+
+    def __enter__(self):
+        return self._file
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The user's repository (read only)
+
+
+@dataclass(frozen=True)
+class UserView:
+    """What the user sees in a repository, read without writing to it.
+
+    Attributes:
+        toplevel: the working tree root.
+        head: the HEAD commit id, or None for a non-git directory or an unborn branch.
+        head_entries: the blobs of HEAD's tree (empty when `head` is None).
+        files: every file the user sees (tracked and not deleted, plus untracked not ignored).
+        exclude: the repository's `.git/info/exclude` text (b"" when absent).
+        is_git: False for a plain directory.
+    """
+
+    toplevel: Path
+    head: str | None
+    head_entries: tuple[TreeEntry, ...]
+    files: tuple[str, ...]
+    exclude: bytes
+    is_git: bool
+
+
+def read_user_view(path: str | os.PathLike[str]) -> UserView:
+    """Read the state of the repository containing `path` (or the plain directory `path`).
+
+    Raises:
+        WorkspaceError: `path` is not a directory.
+    """
+    directory = Path(path).resolve()
+    if not directory.is_dir():
+        raise WorkspaceError(f"{directory} is not a directory")
+    try:
+        repo = git.Repo(directory, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return UserView(directory, None, (), tuple(_walk_plain(directory)), b"", is_git=False)
+    if repo.bare or repo.working_tree_dir is None:
+        raise WorkspaceError(f"{directory} is a bare repository; give a working tree")
+    with repo:
+        cmd = repo.git
+        top = Path(repo.working_tree_dir)
+        listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
+                              env=_READ_ONLY_ENV, stdout_as_string=False)
+        files = [p for p in dict.fromkeys(_split_z(listed)) if _is_copyable(top / p)]
+        try:
+            head = repo.head.commit.hexsha
+        except ValueError:  # unborn branch: no commit yet
+            head = None
+        entries: list[TreeEntry] = []
+        if head is not None:
+            out = cmd.ls_tree("-r", "-z", "--full-tree", head, env=_READ_ONLY_ENV, stdout_as_string=False)
+            entries = _parse_entries(out, with_type=True)
+        exclude_file = Path(repo.git_dir) / "info" / "exclude"
+        exclude = exclude_file.read_bytes() if exclude_file.is_file() else b""
+    return UserView(top, head, tuple(entries), tuple(files), exclude, is_git=True)
+
+
+def _is_copyable(path: Path) -> bool:
+    """A file or a symlink (submodule and nested-repository directories are left out)."""
+    return path.is_symlink() or path.is_file()
+
+
+def _walk_plain(directory: Path) -> Iterable[str]:
+    for dirpath, dirnames, filenames in os.walk(directory):
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        dirnames[:] = [d for d in dirnames if d != ".git" and d not in links]
+        base = Path(dirpath).relative_to(directory)
+        for name in filenames + links:
+            yield (base / name).as_posix()
+
+
+def copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
+    """Copy files (keeping symlinks as symlinks, and modes) from `source` to `dest`."""
+    made: set[Path] = set()
+    for rel in paths:
+        src, dst = source / rel, dest / rel
+        if dst.parent not in made:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dst.parent)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy2(src, dst)
+
+
+def read_blobs(repo_path: Path, shas: Iterable[str]) -> dict[str, bytes]:
+    """Contents of blobs of the user's repository, by id."""
+    with git.Repo(repo_path) as repo:
+        return {sha: repo.odb.stream(bytes.fromhex(sha)).read() for sha in set(shas)}
+
+
+def checkout_commit(repo_path: str | os.PathLike[str], commit: str, dest: Path) -> list[TreeEntry]:
+    """Write the files of `commit` into `dest` through a temporary index; return its blobs.
+
+    The user's index and working tree are not touched. Raises `WorkspaceError` when the commit is
+    not in the repository.
+    """
+    try:
+        repo = git.Repo(repo_path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise WorkspaceError(f"{repo_path} is not a git repository: {exc}") from exc
+    with repo, tempfile.TemporaryDirectory(prefix="recap-index-") as tmp:
+        env = {**_READ_ONLY_ENV, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        try:
+            repo.git.read_tree(commit, env=env)
+            repo.git.checkout_index("-a", "-f", f"--prefix={dest}/", env=env)
+            out = repo.git.ls_tree("-r", "-z", "--full-tree", commit, env=env, stdout_as_string=False)
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"cannot check out {commit} of {repo_path}: {exc.stderr.strip()}") from exc
+    return _parse_entries(out, with_type=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The workspace's own repository
+
+
+class ShadowRepo:
+    """The sealed git repository inside a workspace root.
+
+    Its main index is the agent's (commands may run `git add`); recap's own bookkeeping uses a
+    private index file outside the root (`private_index`), so `diff()` and `list_files()` stay
+    right whatever the agent does to the repository's index or refs.
+    """
+
+    def __init__(self, root: Path, *, private_index: Path) -> None:
+        self.root = root
+        self.private_index = private_index
+        self._repo = git.Repo(root)
+        self._repo.git.update_environment(**_SHADOW_ENV)
+
+    @classmethod
+    def init(cls, root: Path, *, private_index: Path, exclude: bytes = b"") -> "ShadowRepo":
+        repo = git.Repo.init(root, initial_branch="main")
+        with repo.config_writer() as cfg:
+            cfg.set_value("core", "checkStat", "minimal")  # forks copy files: inodes change
+            cfg.set_value("core", "trustctime", "false")
+            cfg.set_value("gc", "auto", "0")
+        if exclude:
+            (Path(repo.git_dir) / "info").mkdir(exist_ok=True)
+            (Path(repo.git_dir) / "info" / "exclude").write_bytes(exclude)
+        repo.close()
+        return cls(root, private_index=private_index)
+
+    def close(self) -> None:
+        self._repo.close()
+
+    def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None) -> bytes:
+        env = {"GIT_INDEX_FILE": str(index)} if index is not None else None
+        try:
+            if stdin is None:
+                return self._repo.git.execute(["git", *args], env=env, stdout_as_string=False,
+                                              strip_newline_in_stdout=False)
+            with _TempFile(stdin) as handle:
+                return self._repo.git.execute(["git", *args], env=env, istream=handle,
+                                              stdout_as_string=False, strip_newline_in_stdout=False)
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"git {args[0]} failed in the workspace: {exc.stderr.strip()}") from exc
+
+    def snapshot(self, *, force: bool, paths: Iterable[str] = (), index: Path | None = None) -> str:
+        """Stage the working tree (all of it, or only `paths`) into `index` and return its tree id.
+
+        `force` stages ignored files too (used for files the user sees although ignored).
+        """
+        paths = list(paths)
+        args = ["add", "--force"] if force else ["add"]
+        self._git(*args, *(["--", *paths] if paths else ["-A"]), index=index)
+        return self._git("write-tree", index=index).decode().strip()
+
+    def tree_from_entries(self, entries: Iterable[TreeEntry]) -> str:
+        """Build a tree from blob entries (the blobs must be in this repository)."""
+        info = "".join(f"{e.mode} {e.sha}\t{e.path}\0" for e in entries).encode("utf-8", "surrogateescape")
+        with tempfile.TemporaryDirectory(prefix="recap-index-") as tmp:
+            index = Path(tmp) / "index"
+            self._git("update-index", "-z", "--add", "--index-info", index=index, stdin=info)
+            return self._git("write-tree", index=index).decode().strip()
+
+    def missing_blobs(self, shas: Iterable[str]) -> list[str]:
+        odb = self._repo.odb
+        return [sha for sha in set(shas) if not odb.has_object(bytes.fromhex(sha))]
+
+    def store_blobs(self, blobs: dict[str, bytes]) -> None:
+        for sha, data in blobs.items():
+            stored = self._repo.odb.store(IStream("blob", len(data), BytesIO(data))).hexsha.decode()
+            if stored != sha:
+                raise WorkspaceError(f"blob {sha} was stored as {stored}")
+
+    def commit(self, tree: str, *, parent: str | None, message: str) -> str:
+        args = ["commit-tree", tree, "-m", message] + (["-p", parent] if parent else [])
+        return self._git(*args).decode().strip()
+
+    def seal(self, *, base: str, start: str) -> None:
+        """Point `main` (checked out) and the tags `base`, `start` at the two commits and copy the
+        main index (which must hold `start`'s tree) as the private index."""
+        self._git("update-ref", "refs/heads/main", start)
+        self._git("tag", "base", base)
+        self._git("tag", "start", start)
+        shutil.copyfile(Path(self._repo.git_dir) / "index", self.private_index)
+
+    def diff_trees(self, old: str, new: str) -> str:
+        return self._diff(old, new)
+
+    def diff_worktree(self, start: str) -> str:
+        """Binary-safe diff of the working tree (new, modified, deleted files) against `start`."""
+        self._git("add", "-A", index=self.private_index)
+        return self._diff("--cached", start, index=self.private_index)
+
+    def _diff(self, *revs: str, index: Path | None = None) -> str:
+        out = self._git("diff", "--binary", "--no-renames", "--no-color", "--no-ext-diff",
+                        "--src-prefix=a/", "--dst-prefix=b/", *revs, index=index)
+        return out.decode("utf-8", "surrogateescape")
+
+    def apply(self, patch: str) -> None:
+        """Apply a diff made by `diff_*` to the working tree."""
+        if patch:
+            self._git("apply", "--binary", "--whitespace=nowarn", "-",
+                      stdin=patch.encode("utf-8", "surrogateescape"))
+
+    def list_files(self, path: str) -> list[str]:
+        """Existing files under `path` (tracked in the private index, or untracked not ignored)."""
+        out = self._git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path,
+                        index=self.private_index)
+        return sorted(p for p in dict.fromkeys(_split_z(out)) if _is_copyable(self.root / p))

@@ -1,0 +1,442 @@
+"""The local shadow backend: a workspace is a private copy of the repository in a temp directory.
+
+    tmp/recap-ws-XXXX/
+        <name>/          the workspace root: the files the user sees, plus a fresh sealed `.git`
+        home/            $HOME of the commands
+        shadow.index     recap's private git index (see `git_state.ShadowRepo`)
+
+`LocalBackend.create` copies what the user sees (HEAD + staged + unstaged + untracked-not-ignored
+files, then unsaved editor buffers) without writing anything in the user's repository.
+`LocalBackend.from_origin` rebuilds the same start state from a recorded `WorkspaceOrigin`.
+
+Commands run with the root as cwd, in their own session and process group, with a scrubbed
+environment, a memory limit (RLIMIT_DATA) and a process-count limit (RLIMIT_NPROC; the kernel
+does not apply it to root), and output bounded while it is read. When bubblewrap works they run
+in `bwrap` with the host read-only, only the workspace and its home writable, a private /tmp, PID
+namespace and (unless `network=True`) no network; `origin.sandbox` says which applies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Literal, Sequence
+
+from harness.errors import ConfigError, WorkspaceError
+from harness.workspace import CommandResult, WorkspaceOrigin, confine
+from shadow_backend import git_state
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_GRACE_S = 0.5
+"""After the main process exits, how long to keep reading output its leftovers still write."""
+
+_PROBE = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"]
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """How commands run in a local workspace.
+
+    Attributes:
+        sandbox: "auto" uses bubblewrap when it works and runs unsandboxed otherwise; "bwrap"
+            requires it (`WorkspaceError` when it does not work); "none" never uses it.
+        memory_limit_bytes: RLIMIT_DATA of each command (None: no limit).
+        max_processes: RLIMIT_NPROC of each command (None: no limit; not enforced for root).
+        max_output_bytes: per stream, how much output is kept (head and tail halves); the rest
+            is counted and dropped while reading, so a command printing gigabytes costs no memory.
+    """
+
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    memory_limit_bytes: int | None = 4 * 2**30
+    max_processes: int | None = 4096
+    max_output_bytes: int = 2**20
+
+    def __post_init__(self) -> None:
+        if self.sandbox not in ("auto", "bwrap", "none"):
+            raise ConfigError(f"sandbox must be 'auto', 'bwrap' or 'none', got {self.sandbox!r}")
+        if self.memory_limit_bytes is not None and self.memory_limit_bytes < 2**24:
+            raise ConfigError("memory_limit_bytes below 16 MiB leaves no room for a shell; use None for no limit")
+        if self.max_processes is not None and self.max_processes < 1:
+            raise ConfigError("max_processes must be at least 1 (or None for no limit)")
+        if self.max_output_bytes < 1024:
+            raise ConfigError("max_output_bytes must be at least 1024")
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    """Whether bubblewrap can make the namespaces commands run in (probed once per process)."""
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        probe = subprocess.run([*_PROBE, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    if probe.returncode != 0:
+        logger.info("bubblewrap does not work here: %s", probe.stderr.decode(errors="replace").strip())
+    return probe.returncode == 0
+
+
+class _Capture:
+    """Keep the first and last `limit // 2` bytes of a stream and count the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            del self.tail[: max(0, len(self.tail) - self.half)]
+
+    def text(self) -> str:
+        cut = self.total - len(self.head) - len(self.tail)
+        head = self.head.decode("utf-8", "replace")
+        if not cut:
+            return head + self.tail.decode("utf-8", "replace")
+        return f"{head}\n[... {cut:,} bytes cut while reading ...]\n{self.tail.decode('utf-8', 'replace')}"
+
+
+def _limits_preexec(config: LocalConfig):
+    def apply() -> None:
+        if config.memory_limit_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (config.memory_limit_bytes,) * 2)
+        if config.max_processes is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (config.max_processes,) * 2)
+
+    return apply
+
+
+def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
+                 config: LocalConfig) -> CommandResult:
+    """Run `argv` in a new session; kill its process group on timeout and once it has exited."""
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True,
+                                preexec_fn=_limits_preexec(config))
+    except OSError as exc:
+        return CommandResult(126, "", f"cannot start {argv[0]}: {exc.strerror}", False, time.monotonic() - started)
+    captures = {proc.stdout: _Capture(config.max_output_bytes), proc.stderr: _Capture(config.max_output_bytes)}
+    pidfd = os.pidfd_open(proc.pid)  # readable once the main process exits (it is not reaped)
+    limit = started + timeout_s
+    open_streams, exited, timed_out = len(captures), False, False
+    with selectors.DefaultSelector() as selector:
+        selector.register(pidfd, selectors.EVENT_READ, None)
+        for stream, capture in captures.items():
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream, selectors.EVENT_READ, capture)
+        while open_streams or not exited:
+            now = time.monotonic()
+            if now >= limit:
+                timed_out = not exited
+                break
+            for key, _ in selector.select(timeout=limit - now):
+                if key.data is None:
+                    exited = True
+                    selector.unregister(pidfd)
+                    limit = min(limit, time.monotonic() + _DRAIN_GRACE_S)  # leftovers may hold the pipes
+                elif chunk := os.read(key.fd, 65536):
+                    key.data.feed(chunk)
+                else:
+                    selector.unregister(key.fileobj)
+                    open_streams -= 1
+    try:  # the leader is not reaped yet, so its group id can't have been reused
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    exit_code = proc.wait()
+    os.close(pidfd)
+    for stream in captures:
+        stream.close()
+    out, err = (c.text() for c in captures.values())
+    return CommandResult(exit_code, out, err, timed_out, time.monotonic() - started)
+
+
+def _force_rmtree(path: Path) -> None:
+    def retry(func, target, _exc):  # a command may have made directories read-only
+        os.chmod(os.path.dirname(target), 0o700)
+        if os.path.isdir(target) and not os.path.islink(target):
+            os.chmod(target, 0o700)
+        func(target)
+
+    if path.exists():
+        shutil.rmtree(path, onerror=retry)
+
+
+class LocalWorkspace:
+    """A workspace in a local temp directory; implements `harness.workspace.Workspace`.
+
+    Make one with `LocalBackend.create`, `LocalBackend.from_origin` or `fork`. Use as a context
+    manager or call `close()`.
+
+    Attributes:
+        origin: how the start state was made (what a session records).
+        start_commit: id of the sealed `start` commit inside the workspace's own git repository.
+        network: whether commands may use the network.
+        config: command limits and sandbox choice.
+    """
+
+    def __init__(self, *, tmp: Path, root: Path, origin: WorkspaceOrigin, start_commit: str,
+                 network: bool, config: LocalConfig) -> None:
+        self._tmp, self._root = tmp, root
+        self._home = tmp / "home"
+        self._home.mkdir(exist_ok=True)
+        self.start_commit = start_commit
+        self.network = network
+        self.config = config
+        self._bwrap = _use_bwrap(config)
+        self.origin = dataclasses.replace(origin, sandbox=_sandbox_words(self._bwrap, network, config))
+        self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
+        self._closed = False
+
+    # --- Workspace protocol ---------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        return str(self._root)
+
+    def read_bytes(self, path: str) -> bytes:
+        return confine(self._root, path).read_bytes()
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write through a temp file and a rename: forks sharing hard links never see it."""
+        target = confine(self._root, path)
+        if target.is_dir():
+            raise IsADirectoryError(21, "Is a directory", path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".recap-write-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.chmod(tmp_name, target.stat().st_mode & 0o7777 if target.exists() else 0o644)
+            os.replace(tmp_name, target)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+    def delete(self, path: str) -> None:
+        pure = PurePosixPath(path)
+        entry = confine(self._root, str(pure.parent)) / pure.name
+        if not entry.is_symlink():  # a symlink itself is removed, wherever it points
+            entry = confine(self._root, path)
+            if entry.is_dir():
+                raise IsADirectoryError(21, "Is a directory", path)
+            if not entry.exists():
+                raise FileNotFoundError(2, "No such file or directory", path)
+        entry.unlink()
+
+    def exists(self, path: str) -> bool:
+        return confine(self._root, path).exists()
+
+    def is_dir(self, path: str) -> bool:
+        return confine(self._root, path).is_dir()
+
+    def list_files(self, path: str = ".") -> list[str]:
+        target = confine(self._root, path)
+        if not target.exists():
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return self._git.list_files(target.relative_to(self._root).as_posix())
+
+    def run(self, command: str | Sequence[str], *, timeout_s: float) -> CommandResult:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        env = self._command_env()
+        if not argv or (os.sep not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None):
+            return CommandResult(127, "", f"command not found: {argv[0] if argv else '(empty)'}", False, 0.0)
+        if self._bwrap:
+            argv = self._bwrap_argv() + argv
+        return _run_process(argv, cwd=self._root, env=env, timeout_s=timeout_s, config=self.config)
+
+    def diff(self) -> str:
+        return self._git.diff_worktree(self.start_commit)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._git.close()
+            _force_rmtree(self._tmp)
+
+    # --- beyond the protocol --------------------------------------------------------------
+
+    def fork(self, n: int) -> list["LocalWorkspace"]:
+        """`n` independent copies of the current state (files, sealed history, start commit).
+
+        Raises: `ValueError` for n < 1; `WorkspaceError` when copying fails (nothing is leaked).
+        """
+        if n < 1:
+            raise ValueError(f"fork needs n >= 1, got {n}")
+        forks: list[LocalWorkspace] = []
+        try:
+            for _ in range(n):
+                tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=self._tmp.parent))
+                copy = subprocess.run(["cp", "-a", "--reflink=auto", str(self._root), str(tmp / self._root.name)],
+                                      capture_output=True, text=True)
+                if copy.returncode != 0:
+                    _force_rmtree(tmp)
+                    raise WorkspaceError(f"fork: cp failed: {copy.stderr.strip()}")
+                shutil.copy2(self._tmp / "shadow.index", tmp / "shadow.index")
+                forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
+                                            start_commit=self.start_commit, network=self.network,
+                                            config=self.config))
+        except BaseException:
+            for ws in forks:
+                ws.close()
+            raise
+        return forks
+
+    def __enter__(self) -> "LocalWorkspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalWorkspace(root={self.root!r}, sandbox={self.origin.sandbox!r})"
+
+    def _command_env(self) -> dict[str, str]:
+        return {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "HOME": str(self._home),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "TMPDIR": "/tmp",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "NO_COLOR": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+
+    def _bwrap_argv(self) -> list[str]:
+        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                "--bind", str(self._root), str(self._root), "--bind", str(self._home), str(self._home),
+                "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+                "--chdir", str(self._root)]
+        if not self.network:
+            argv.append("--unshare-net")
+        return argv + ["--"]
+
+
+def _use_bwrap(config: LocalConfig) -> bool:
+    if config.sandbox == "none":
+        return False
+    works = bwrap_works()
+    if config.sandbox == "bwrap" and not works:
+        raise WorkspaceError("sandbox='bwrap' was asked for but bubblewrap does not work here")
+    return works
+
+
+def _sandbox_words(bwrap: bool, network: bool, config: LocalConfig) -> str:
+    if bwrap:
+        return "bwrap: network allowed, read-only host" if network else "bwrap: no network, read-only host"
+    return "none: sandbox disabled by config" if config.sandbox == "none" else "none: bubblewrap unavailable"
+
+
+class LocalBackend:
+    """Makes `LocalWorkspace`s. Stateless: both constructors are class methods."""
+
+    name = "local"
+
+    @classmethod
+    def create(cls, repo: str | os.PathLike[str], *, buffers: dict[str, str] | None = None,
+               network: bool = False, parent_dir: str | os.PathLike[str] | None = None,
+               config: LocalConfig | None = None) -> LocalWorkspace:
+        """A workspace holding what the user sees in `repo`, plus unsaved `buffers`.
+
+        Args:
+            repo: a git working tree (or any directory inside one; its top level is used), or a
+                plain directory (then `origin.base_commit` is None and every file is a change).
+            buffers: unsaved editor buffers, workspace-relative path -> full text.
+            network: let commands use the network.
+            parent_dir: where to make the temp directory (default: the system temp dir).
+        Raises:
+            WorkspaceError: `repo` is not a directory, or git failed.
+            PathOutsideWorkspace: a buffer path leaves the workspace.
+        """
+        view = git_state.read_user_view(repo)
+        with _Building(view.toplevel.name, parent_dir) as build:
+            git_state.copy_files(view.toplevel, build.root, view.files)
+            shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index",
+                                               exclude=view.exclude)
+            user_tree = shadow.snapshot(force=view.is_git)
+            missing = shadow.missing_blobs(e.sha for e in view.head_entries)
+            if missing:  # HEAD versions of files the user changed or deleted
+                shadow.store_blobs(git_state.read_blobs(view.toplevel, missing))
+            origin = WorkspaceOrigin(repo=str(view.toplevel), base_commit=view.head, buffers=dict(buffers or {}))
+            return build.finish(shadow, view.head_entries, user_tree, origin, network=network, config=config)
+
+    @classmethod
+    def from_origin(cls, origin: WorkspaceOrigin, *, network: bool = False,
+                    parent_dir: str | os.PathLike[str] | None = None,
+                    config: LocalConfig | None = None) -> LocalWorkspace:
+        """Rebuild the start state recorded in `origin`: `origin.repo` at `base_commit`, then
+        `base_diff` applied (`git apply --binary`), then the buffers.
+
+        Raises:
+            WorkspaceError: the commit is missing from `origin.repo`, or the diff does not apply.
+        """
+        with _Building(Path(origin.repo).name or "workspace", parent_dir) as build:
+            base_entries: list[git_state.TreeEntry] = []
+            if origin.base_commit is not None:
+                base_entries = git_state.checkout_commit(origin.repo, origin.base_commit, build.root)
+            shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index")
+            shadow.snapshot(force=True)
+            shadow.apply(origin.base_diff)
+            user_tree = shadow.snapshot(force=True)
+            return build.finish(shadow, base_entries, user_tree, origin, network=network, config=config)
+
+
+class _Building:
+    """The temp directory of a workspace under construction; removed if construction fails."""
+
+    def __init__(self, name: str, parent_dir: str | os.PathLike[str] | None) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=parent_dir)).resolve()
+        self.root = self.tmp / name
+        self.root.mkdir()
+
+    def __enter__(self) -> "_Building":
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is not None:
+            _force_rmtree(self.tmp)
+
+    def finish(self, shadow: git_state.ShadowRepo, base_entries: Sequence[git_state.TreeEntry],
+               user_tree: str, origin: WorkspaceOrigin, *, network: bool,
+               config: LocalConfig | None) -> LocalWorkspace:
+        """Write buffers, commit `base` and `start`, and hand over the workspace."""
+        for path, text in origin.buffers.items():
+            target = confine(self.root, path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(text.encode("utf-8", "surrogateescape"))
+        start_tree = shadow.snapshot(force=True, paths=origin.buffers) if origin.buffers else user_tree
+        base_tree = shadow.tree_from_entries(base_entries)
+        base = shadow.commit(base_tree, parent=None, message="base")
+        start = shadow.commit(start_tree, parent=base, message="start")
+        shadow.seal(base=base, start=start)
+        base_diff = shadow.diff_trees(base_tree, user_tree)
+        shadow.close()
+        origin = dataclasses.replace(origin, base_diff=base_diff)
+        return LocalWorkspace(tmp=self.tmp, root=self.root, origin=origin, start_commit=start,
+                              network=network, config=config or LocalConfig())
