@@ -154,7 +154,7 @@ class DockerWorkspace:
         self.origin: WorkspaceOrigin = replace(files.origin, sandbox=config.sandbox)
         _hand_over(files.root, self._uid, self._gid)
         owner = gc.owner_record()
-        gc.claim_dir(files.root)
+        gc.claim_dir(gc.workspace_dir(files))
         try:
             self._container = client.containers.run(
                 config.image,
@@ -183,7 +183,7 @@ class DockerWorkspace:
             )
         except Exception as exc:
             files.close()
-            gc.release_dir(files.root)
+            gc.release_dir(gc.workspace_dir(files))
             raise WorkspaceError(f"could not start a container of image {config.image!r}: {exc}") from None
 
     # -- files: host-side, the local backend's semantics ------------------------------------
@@ -296,12 +296,8 @@ class DockerWorkspace:
             self._container.remove(force=True)
         except docker.errors.NotFound:
             pass
-        root = self._files.root
-        if self._uid != os.geteuid():
-            # Files the container user made may not be removable otherwise (they are ours anyway).
-            _hand_over(root, os.geteuid(), os.getegid())
         self._files.close()
-        gc.release_dir(root)
+        gc.release_dir(gc.workspace_dir(self._files))
 
     def __enter__(self) -> "DockerWorkspace":
         return self
