@@ -1,0 +1,88 @@
+"""The server's surface without running the agent: capabilities, argument validation, code actions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsprotocol import types
+
+from lsp_server import COMMANDS
+
+INVALID_PARAMS = -32602
+
+
+async def test_advertises_its_commands_and_answers_status(start_editor, repo: Path) -> None:
+    editor = await start_editor(repo)
+    caps = editor.init.capabilities
+    assert sorted(caps.execute_command_provider.commands) == sorted(COMMANDS)
+    assert caps.text_document_sync.change == types.TextDocumentSyncKind.Incremental
+    assert list(caps.code_action_provider.code_action_kinds) == ["quickfix", "refactor.rewrite"]
+    assert editor.init.server_info.name == "recap"
+    assert await editor.command("recap.status") == {"sessions": []}
+    assert await editor.command("recap.status", {}) == {"sessions": []}
+
+
+async def test_bad_arguments_and_unknown_sessions_get_invalid_params_and_the_server_keeps_serving(
+    start_editor, repo: Path
+) -> None:
+    editor = await start_editor(repo)
+    cases = [
+        (("recap.run",), "takes one argument"),
+        (("recap.run", {"task": "x"}, {"task": "y"}), "takes one argument"),
+        (("recap.run", "fix it"), "expected an object"),
+        (("recap.run", {}), "task: Field required"),
+        (("recap.run", {"task": "   "}), "task must not be blank"),
+        (("recap.run", {"task": "x", "range": {"start": {"line": -1, "character": 0}}}), "range.start.line"),
+        (("recap.run", {"task": "x", "bogus": 1}), "bogus: Extra inputs are not permitted"),
+        (("recap.accept", {"session": "nope"}), "unknown session 'nope'"),
+        (("recap.accept", {"session": "nope", "files": "calc.py"}), "files: Input should be a valid list"),
+        (("recap.reject", {"session": 3}), "session: Input should be a valid string"),
+        (("recap.cancel", {"session": "nope"}), "unknown session 'nope'"),
+        (("recap.status", {"session": "nope"}), "unknown session 'nope'"),
+        (("recap.proposal", {}), "session: Field required"),
+        (("recap.nope", {}), "not defined"),
+    ]
+    for args, words in cases:
+        error = await editor.error(*args)
+        assert error.code == INVALID_PARAMS, (args, error)
+        assert words in error.message, (args, error.message)
+    assert await editor.command("recap.status", {}) == {"sessions": []}
+
+
+async def test_code_actions_offer_recap_run_for_diagnostics_and_selections(start_editor, repo: Path) -> None:
+    editor = await start_editor(repo)
+    editor.open("calc.py")
+    diagnostic = types.Diagnostic(
+        range=types.Range(start=types.Position(line=1, character=4), end=types.Position(line=1, character=16)),
+        message="add subtracts",
+        source="test",
+    )
+    params = types.CodeActionParams(
+        text_document=types.TextDocumentIdentifier(uri=editor.uri("calc.py")),
+        range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=2, character=0)),
+        context=types.CodeActionContext(diagnostics=[diagnostic]),
+    )
+    actions = await editor.client.protocol.send_request_async(types.TEXT_DOCUMENT_CODE_ACTION, params)
+    actions = [a if isinstance(a, dict) else a.__dict__ for a in actions]
+    assert [(a["title"], a["kind"]) for a in actions] == [
+        ("Ask recap to fix: add subtracts", "quickfix"),
+        ("Ask recap about the selection", "refactor.rewrite"),
+    ]
+    fix, selection = (a["command"] for a in actions)
+    assert fix["command"] == selection["command"] == "recap.run"
+    (fix_args,) = fix["arguments"]
+    assert fix_args == {
+        "task": "Fix this problem reported at line 2: add subtracts",
+        "uri": editor.uri("calc.py"),
+        "range": {"start": {"line": 1, "character": 4}, "end": {"line": 1, "character": 16}},
+    }
+    assert actions[0]["diagnostics"][0]["message"] == "add subtracts"
+    (sel_args,) = selection["arguments"]
+    assert sel_args["range"] == {"start": {"line": 0, "character": 0}, "end": {"line": 2, "character": 0}}
+
+    empty = types.CodeActionParams(
+        text_document=params.text_document,
+        range=types.Range(start=types.Position(line=3, character=0), end=types.Position(line=3, character=0)),
+        context=types.CodeActionContext(diagnostics=[]),
+    )
+    assert await editor.client.protocol.send_request_async(types.TEXT_DOCUMENT_CODE_ACTION, empty) in (None, [])
