@@ -74,6 +74,11 @@ def load_pretrained(path: str) -> tuple[Any, Any]:
     return copy.deepcopy(_model(folder, gguf_file)), _tokenizer(folder, gguf_file)
 
 
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer alone of a transformers folder or GGUF file (cached per process)."""
+    return _tokenizer(*split_model_path(path))
+
+
 def load_embedded() -> tuple[Any, Any]:
     """(model, tokenizer) of the embedded SmolLM2-135M-Instruct (fp32 on CPU, dequantized)."""
     folder, name = embedded_gguf()

@@ -222,6 +222,8 @@ class TransformersPolicy:
             turn = sum(1 for m in messages if m.get("role") == "assistant")
             _, parsed, problems = parse_tool_calls(text, turn=turn)
             calls, errors = tuple(parsed), tuple(problems)
+            if masker is not None and finish == "length" and not calls:
+                errors = (f"the tool call was cut at max_new_tokens={max_new_tokens} before it was complete",)
         return Completion(
             text=text, tool_calls=calls, parse_errors=errors,
             prompt_ids=tuple(prompt_ids), completion_ids=tuple(completion), logprobs=tuple(logprobs),
