@@ -1,0 +1,413 @@
+"""`recap train`: GRPO-style RL of a LoRA adapter on logged or mined sessions. Reads top to bottom:
+
+    config -> model + LoRA -> data -> loop (rollouts -> rewards -> advantages -> loss -> step) -> checkpoint
+
+Each step draws `sessions_per_step` sessions, rebuilds each start state on the shadow backend,
+forks it `group_size` times and lets the current policy play every fork with the editor's own
+agent (`rl.rollout`). The rollouts are scored (`rl.rewards`), advantages are taken within each
+group (`rl.advantages`), and every sampled token (actions and self-summaries) gets the clipped
+policy-gradient loss of `rl.loss` with its episode's advantage. Constrained turns are re-scored
+under the grammar masks they were sampled with; logits are divided by the sampling temperature,
+so the ratio compares the same distributions. Gradients are accumulated over micro-batches of
+turns, normalised by the token count of the whole batch. On CUDA the forward runs in bf16 autocast
+(fp32 master weights); on CPU in fp32.
+
+Multi-GPU learner: launch the same command through accelerate, e.g.
+`accelerate launch --num_processes 4 -m recap.cli train ...`; each process then plays its share of
+the groups and gradients are averaged by DDP (see `rl.distributed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from harness.config import AgentConfig, ContextConfig, RecapConfig
+from harness.errors import ConfigError
+from rl.advantages import ADVANTAGE_KINDS, AdvantageKind, advantages_for
+from rl.rewards import REWARDS, RewardConfig
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------
+# config
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a training run (recorded in each checkpoint and in `OUT/config.json`).
+
+    Attributes:
+        sessions_dir: folder of session files to train on (`*.jsonl`, searched recursively).
+        model: policy spec for `harness.policies.load_policy` ("embedded", "tiny", "hf:PATH").
+        out_dir: run folder (metrics, checkpoints, rollout sessions, final adapter).
+        steps: optimizer steps in the whole run (a resumed run counts the steps already done).
+        group_size: G, rollouts per session (forks of its start state).
+        sessions_per_step: N, groups per step; a step trains on N * G rollouts.
+        learning_rate: AdamW peak learning rate.
+        warmup_steps: linear warm-up steps, then constant.
+        weight_decay: AdamW weight decay.
+        max_grad_norm: gradient clipping (L2 norm).
+        micro_batch_turns: policy turns per forward/backward (gradient accumulation).
+        lora_rank, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter (peft).
+        advantage: "dr_grpo" (default), "grpo" or "rloo" (`rl.advantages`).
+        clip_eps_low, clip_eps_high: PPO clip range [1 - low, 1 + high].
+        kl_coef: weight of the k3 KL penalty to the base model (0 disables it and its forward).
+        temperature: sampling temperature of rollouts (also divides logits when re-scoring).
+        constrain: grammar-constrained tool calls (None: the model's default, on for "embedded").
+        max_episode_steps: agent action turns per rollout.
+        max_new_tokens: completion budget per action turn (tokens).
+        max_context_tokens: the policy's context window cap (small windows force self-summaries).
+        verify_timeout_s: timeout of each verify command (seconds).
+        checkpoint_every: write a checkpoint every K steps (and at the end).
+        seed: seeds the data order, the sampling seeds of rollouts and the torch/python RNGs.
+        rewards: reward weights and switches.
+        save_rollouts: keep every rollout's session file under `OUT/rollouts/step-N/`.
+        ray_address: run rollouts on Ray actors ("auto", "local" or an address); None: in-process.
+        ray_workers: number of rollout actors with Ray.
+        rollout_endpoint: sample through an OpenAI-compatible server at this URL and push each new
+            adapter to it (vLLM `/v1/load_lora_adapter`).
+    """
+
+    sessions_dir: str
+    model: str = "embedded"
+    out_dir: str = "runs/recap-train"
+    steps: int = 10
+    group_size: int = 4
+    sessions_per_step: int = 1
+    learning_rate: float = 1e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_turns: int = 4
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    advantage: AdvantageKind = "dr_grpo"
+    clip_eps_low: float = 0.2
+    clip_eps_high: float = 0.28
+    kl_coef: float = 0.0
+    temperature: float = 1.0
+    constrain: bool | None = None
+    max_episode_steps: int = 6
+    max_new_tokens: int = 96
+    max_context_tokens: int | None = 2048
+    verify_timeout_s: float = 120.0
+    checkpoint_every: int = 1
+    seed: int = 0
+    rewards: RewardConfig = field(default_factory=RewardConfig)
+    save_rollouts: bool = True
+    ray_address: str | None = None
+    ray_workers: int = 2
+    rollout_endpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "group_size", "sessions_per_step", "micro_batch_turns", "lora_rank",
+                     "max_episode_steps", "max_new_tokens", "checkpoint_every", "ray_workers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"train.{name} must be an integer >= 1, got {value!r}")
+        if self.group_size < 2:
+            raise ConfigError("train.group_size must be >= 2: group-relative advantages need at least two rollouts")
+        if self.advantage not in ADVANTAGE_KINDS:
+            raise ConfigError(f"train.advantage must be one of {', '.join(ADVANTAGE_KINDS)}, got {self.advantage!r}")
+        if not self.learning_rate > 0 or self.kl_coef < 0 or self.temperature <= 0:
+            raise ConfigError("train.learning_rate and train.temperature must be > 0 and train.kl_coef >= 0")
+        if not (0 <= self.clip_eps_low < 1 and self.clip_eps_high >= 0):
+            raise ConfigError("train.clip_eps_low must be in [0, 1) and train.clip_eps_high >= 0")
+        if self.ray_address is not None and self.rollout_endpoint is not None:
+            raise ConfigError("choose --ray or --rollout-endpoint, not both")
+
+    def agent_config(self) -> RecapConfig:
+        """The agent/context configuration rollouts run with (the editor's defaults otherwise)."""
+        return RecapConfig(
+            agent=AgentConfig(max_steps=self.max_episode_steps, max_new_tokens=self.max_new_tokens,
+                              summary_max_new_tokens=self.max_new_tokens),
+            context=ContextConfig(),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+# ---------------------------------------------------------------------------------------------
+# model + LoRA
+# ---------------------------------------------------------------------------------------------
+def load_trainable_policy(cfg: TrainConfig) -> Any:
+    """The rollout policy with a fresh trainable LoRA adapter on its transformers model.
+
+    Returns the `TransformersPolicy`; `policy.model` is the peft model (its LoRA weights are the
+    only trainable parameters, `lora_dropout` defaults to 0 so that sampling and training see the
+    same network).
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from harness.policies import load_policy
+
+    torch.manual_seed(cfg.seed)
+    policy = load_policy(cfg.model, seed=cfg.seed, temperature=cfg.temperature, top_p=1.0,
+                         constrain=cfg.constrain, context_window=cfg.max_context_tokens)
+    if not hasattr(policy, "model"):
+        raise ConfigError(f"--model {cfg.model!r} is not a local transformers model; training needs its weights")
+    lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
+    policy.model = get_peft_model(policy.model, lora)
+    return policy
+
+
+def autocast(device: str) -> Any:
+    """bf16 autocast on CUDA (when supported), a no-op context on CPU (fp32)."""
+    import contextlib
+
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+# ---------------------------------------------------------------------------------------------
+# the learner: loss over a batch of turns, one optimizer step
+# ---------------------------------------------------------------------------------------------
+def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dict[str, Any]]], temperature: float) -> Any:
+    """(B, T) log-probs of a batch's tokens under the current model, tempered like sampling,
+    with constrained rows re-scored under the grammar masks they were sampled with.
+
+    Args:
+        policy: the `TransformersPolicy` (its `.model`, `.tokenizer`, grammar).
+        batch: an `rl.trajectory.Batch`.
+        tool_specs: per row, the offered tools' specs by name (to rebuild the grammar).
+        temperature: the sampling temperature.
+    """
+    import torch
+
+    from harness.policies.grammar import replay_masks
+    from rl.loss import token_logprobs
+
+    device = next(policy.model.parameters()).device
+    ids = batch.input_ids.to(device)
+    with autocast(str(device)):
+        logits = policy.model(input_ids=ids, attention_mask=batch.attention_mask.to(device)).logits
+    logits = logits.float() / temperature
+    out = torch.zeros(ids.shape, dtype=torch.float32, device=device)
+    out[:, 1:] = token_logprobs(logits[:, :-1], ids[:, 1:])
+    for row, turn in enumerate(batch.turns):
+        if not turn.constrained:
+            continue
+        specs = [tool_specs[row][name] for name in turn.offered_tools if name in tool_specs[row]]
+        masks = replay_masks(policy.tokenizer, specs, turn.completion_ids, grammar=policy._grammar_for())
+        p, c = int(batch.prompt_lengths[row]), len(turn.completion_ids)
+        width = logits.shape[-1]
+        allowed = masks[:, :width].to(device)
+        out[row, p : p + c] = token_logprobs(logits[row, p - 1 : p + c - 1], ids[row, p : p + c], allowed=allowed)
+    return out
+
+
+def learn(
+    policy: Any,
+    optimizer: Any,
+    scheduler: Any,
+    turns: Sequence[Any],
+    advantages: Sequence[float],
+    tool_specs: Sequence[dict[str, dict[str, Any]]],
+    cfg: TrainConfig,
+) -> dict[str, float]:
+    """One optimizer step on `turns` (each with its episode advantage), accumulated over
+    micro-batches of `cfg.micro_batch_turns`. Returns `loss/*` metrics."""
+    import torch
+
+    from rl.loss import policy_loss
+    from rl.trajectory import build_batch
+
+    model = policy.model
+    model.train()
+    pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else policy.tokenizer.eos_token_id
+    total_tokens = float(sum(len(t.completion_ids) for t in turns))
+    optimizer.zero_grad(set_to_none=True)
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    for start in range(0, len(turns), cfg.micro_batch_turns):
+        rows = slice(start, start + cfg.micro_batch_turns)
+        batch = build_batch(turns[rows], advantages[rows], pad_id=pad)
+        logp = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature)
+        ref = None
+        if cfg.kl_coef > 0:
+            with torch.no_grad(), model.disable_adapter():
+                ref = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature)
+        device = logp.device
+        loss, stats = policy_loss(
+            logp, batch.old_logprobs.to(device), batch.advantages.to(device), batch.loss_mask.to(device),
+            clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high, ref_logprobs=ref,
+            kl_coef=cfg.kl_coef, normalizer=total_tokens,
+        )
+        loss.backward()
+        share = stats.tokens / max(total_tokens, 1.0)
+        sums["loss"] += float(loss)
+        sums["pg_loss"] += stats.pg_loss
+        for key in ("kl", "clip_frac", "ratio_mean"):
+            sums[key] += getattr(stats, key) * share
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    optimizer.step()
+    scheduler.step()
+    model.eval()
+    return {f"loss/{k}": v for k, v in sums.items()} | {
+        "loss/grad_norm": grad_norm, "loss/lr": float(scheduler.get_last_lr()[0]), "loss/tokens": total_tokens,
+    }
+
+
+def make_optimizer(model: Any, cfg: TrainConfig) -> tuple[Any, Any]:
+    """AdamW over the LoRA parameters and a linear warm-up then constant schedule."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    warmup = max(cfg.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    return optimizer, scheduler
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics of a step's rollouts
+# ---------------------------------------------------------------------------------------------
+def rollout_metrics(rollouts: Sequence[Any]) -> dict[str, float | None]:
+    """`rollout/*` and `reward/*` means over a step's rollouts (None entries skipped)."""
+    from harness.session import PolicyTurn
+
+    def mean(values: Sequence[float]) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    totals = [r.reward for r in rollouts if r.reward is not None]
+    mu = mean(totals)
+    std = math.sqrt(sum((x - mu) ** 2 for x in totals) / len(totals)) if totals else None
+    verified = [r.record.verify_passed for r in rollouts if r.record.verify_passed is not None]
+    calls = sum(r.record.tool_calls for r in rollouts)
+    out: dict[str, float | None] = {
+        "rollout/episodes": float(len(rollouts)),
+        "rollout/masked": float(sum(r.reward is None for r in rollouts)),
+        "rollout/reward_mean": mu,
+        "rollout/reward_std": std,
+        "rollout/pass_rate": mean([float(v) for v in verified]),
+        "rollout/tokens_sampled": float(sum(r.record.sampled_tokens for r in rollouts)),
+        "rollout/steps_per_episode": mean([float(r.record.steps) for r in rollouts]),
+        "rollout/summaries_per_episode": mean([float(r.record.summaries) for r in rollouts]),
+        "rollout/tool_error_rate": sum(r.record.tool_errors for r in rollouts) / calls if calls else None,
+        "rollout/summary_turns": float(sum(
+            1 for r in rollouts for e in r.events if isinstance(e, PolicyTurn) and e.kind == "summary")),
+    }
+    for name in REWARDS:
+        out[f"reward/{name}"] = mean([r.rewards[name] for r in rollouts if r.rewards.get(name) is not None])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------
+def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dict[str, Any]], None] | None = None) -> Path:
+    """Run (or resume) training; returns the folder of the final adapter (`OUT/adapter`).
+
+    Args:
+        cfg: the run's configuration.
+        resume: continue from `OUT/checkpoints/latest` (same config required); a resumed run ends
+            in the same state as an uninterrupted one.
+        on_step: called after each step's metrics and checkpoint with (step, metrics).
+    Raises:
+        ConfigError: bad sessions folder, a non-trainable model, or `resume` without a checkpoint.
+    """
+    import torch
+
+    from rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
+    from rl.data import SessionCursor, load_starts
+    from rl.distributed import make_rollout_runner
+    from rl.metrics import MetricsWriter
+    from rl.rollout import rollout_seed
+    from rl.trajectory import trajectory_from_events
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    # model + LoRA, optimizer
+    policy = load_trainable_policy(cfg)
+    optimizer, scheduler = make_optimizer(policy.model, cfg)
+
+    # data
+    starts = load_starts(cfg.sessions_dir)
+    cursor = SessionCursor(size=len(starts), seed=cfg.seed)
+    step = 0
+    if resume:
+        folder = latest_checkpoint(out)
+        if folder is None:
+            raise ConfigError(f"--resume: no checkpoint in {out / 'checkpoints'}")
+        state = load_checkpoint(folder, model=policy.model)
+        if state["config"] != cfg.to_dict():
+            raise ConfigError(f"--resume: the configuration differs from the checkpoint's ({folder / 'state.pt'})")
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        cursor = SessionCursor.from_state(state["cursor"], size=len(starts), seed=cfg.seed)
+        set_rng_state(state["rng"])
+        step = int(state["step"])
+        log.info("resumed from %s at step %d", folder, step)
+    else:
+        (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
+    metrics = MetricsWriter(out)
+    runner = make_rollout_runner(cfg, policy)
+
+    # loop
+    try:
+        while step < cfg.steps:
+            t0 = time.monotonic()
+            batch_starts = [starts[i] for i in cursor.next(cfg.sessions_per_step)]
+            seeds = [[rollout_seed(cfg.seed, step, s.session_id, g) for g in range(cfg.group_size)] for s in batch_starts]
+            log_dir = out / "rollouts" / f"step-{step + 1:06d}" if cfg.save_rollouts else None
+            groups = runner.run(batch_starts, seeds, log_dir=log_dir, adapter_id=f"step-{step}")
+            rollouts = [r for group in groups for r in group]
+            t1 = time.monotonic()
+
+            advantages = advantages_for([r.reward for r in rollouts], group_size=cfg.group_size, kind=cfg.advantage)
+            turns, turn_adv, specs = [], [], []
+            for rollout, adv in zip(rollouts, advantages):
+                if adv == 0.0 and cfg.kl_coef == 0:
+                    continue  # no gradient from this episode
+                by_name = {t["function"]["name"]: t for t in rollout.events[0].tools}
+                for turn in trajectory_from_events(rollout.events).turns:
+                    turns.append(turn)
+                    turn_adv.append(adv)
+                    specs.append(by_name)
+            if turns:
+                loss_metrics = learn(policy, optimizer, scheduler, turns, turn_adv, specs, cfg)
+            else:
+                scheduler.step()  # keep the schedule aligned with the step count
+                loss_metrics = {"loss/tokens": 0.0}
+            step += 1
+            runner.sync(policy, step=step, out_dir=out)
+            t2 = time.monotonic()
+
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                save_checkpoint(out, step=step, model=policy.model, state={
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "cursor": cursor.state(), "config": cfg.to_dict(),
+                })
+            t3 = time.monotonic()
+            values = rollout_metrics(rollouts) | loss_metrics | {
+                "rollout/turns_trained": float(len(turns)),
+                "time/rollout_s": t1 - t0, "time/learn_s": t2 - t1, "time/checkpoint_s": t3 - t2, "time/step_s": t3 - t0,
+            }
+            metrics.write(step, values)
+            log.info("step %d: reward %.3f, loss %.4f", step, values["rollout/reward_mean"] or 0.0, values.get("loss/loss", 0.0))
+            if on_step is not None:
+                on_step(step, values)
+    finally:
+        metrics.close()
+        runner.close()
+
+    final = out / "adapter"
+    policy.model.save_pretrained(str(final))
+    return final
+
