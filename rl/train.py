@@ -249,7 +249,7 @@ def learn(
         )
         loss.backward()
         share = stats.tokens / max(total_tokens, 1.0)
-        sums["loss"] += float(loss)
+        sums["loss"] += float(loss.detach())
         sums["pg_loss"] += stats.pg_loss
         for key in ("kl", "clip_frac", "ratio_mean"):
             sums[key] += getattr(stats, key) * share
