@@ -6,9 +6,9 @@ so do `<tool_call>{json}</tool_call>` blocks in the content (some servers leave 
 format unparsed). Logprobs are requested and recorded when the server returns them; token ids are
 not available over this API, so `prompt_ids`/`completion_ids` stay None.
 
-Token counts: without a tokenizer the count is an over-estimate (UTF-8 bytes / 3 plus a per-message
-overhead), chosen so that the context manager errs on the side of summarizing early. Give
-`tokenizer_path` (a transformers folder or GGUF file of the served model) for exact counts.
+Token counts: without a tokenizer the count is an approximate over-estimate (UTF-8 bytes / 3, plus
+4 tokens per message and 200 for a server's tools preamble), chosen so that the context manager
+errs on the side of summarizing early. Give `tokenizer_path` (a transformers folder or GGUF file of the served model) for exact counts.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _MESSAGE_OVERHEAD_TOKENS = 4
+_TOOLS_OVERHEAD_TOKENS = 200
+"""What a server's chat template adds around tool specs (Hermes/Qwen preambles are ~100-200 tokens)."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +120,11 @@ class OpenAIPolicy:
         if self._chat is not None:
             return len(self._chat.encode(messages, tools))
         payload = json.dumps(to_openai_messages(messages), ensure_ascii=False)
+        overhead = _MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
         if tools:
             payload += json.dumps(list(tools), ensure_ascii=False)
-        return math.ceil(len(payload.encode()) / 3) + _MESSAGE_OVERHEAD_TOKENS * (len(messages) + 1)
+            overhead += _TOOLS_OVERHEAD_TOKENS
+        return math.ceil(len(payload.encode()) / 3) + overhead
 
     def generate(
         self,
