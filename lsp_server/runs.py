@@ -35,7 +35,7 @@ _VERBS = {
     "insert": "editing",
     "create_file": "creating",
     "delete_file": "deleting",
-    "list_files": "listing",
+    "list_dir": "listing",
     "search": "searching",
     "grep": "searching",
     "run_command": "running",
@@ -150,11 +150,13 @@ def event_payload(session_id: str, event: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What the worker thread hands back: the final state, a message, and the proposal."""
+    """What the worker thread hands back: the final state, a message, the proposal, and the open
+    session log (None when the run never started: no empty session file is left behind)."""
 
     state: SessionState
     message: str | None
     proposal: Proposal | None
+    log: Any = None
 
 
 def execute(
@@ -163,7 +165,7 @@ def execute(
     policy: Callable[[], Policy],
     open_workspace: Callable[[], Any],
     config: Any,
-    log: Any,
+    open_log: Callable[[], Any],
     on_event: Callable[[Any], None],
     model_spec: str,
 ) -> RunOutcome:
@@ -173,12 +175,13 @@ def execute(
     from harness.agent import Agent
     from harness.errors import RecapError
 
-    workspace = None
+    workspace = log = None
     try:
         loaded = policy()
         if session.cancel.is_set():
             return RunOutcome("cancelled", "cancelled before the start", None)
         workspace = open_workspace()
+        log = open_log()
         agent = Agent(policy=loaded, workspace=workspace, config=config, log=log, on_event=on_event, cancel=session.cancel)
         result = agent.run(
             session.prompt,
@@ -188,21 +191,21 @@ def execute(
             meta={"lsp_session": session.id, "model_spec": model_spec},
         )
         if result.stop_reason == "cancelled" or session.cancel.is_set():
-            return RunOutcome("cancelled", "cancelled", None)
+            return RunOutcome("cancelled", "cancelled", None, log)
         if result.stop_reason == "error":
-            return RunOutcome("failed", result.message or "the agent stopped with an error", None)
+            return RunOutcome("failed", result.message or "the agent stopped with an error", None, log)
         proposal = build_proposal(workspace, result.diff)
         message = result.stop_reason if result.stop_reason != "finish" else (result.message or None)
         if proposal.skipped:
             note = "not offered (binary or not UTF-8): " + ", ".join(proposal.skipped)
             message = f"{message}; {note}" if message else note
-        return RunOutcome("finished", message, proposal)
+        return RunOutcome("finished", message, proposal, log)
     except (RecapError, OSError, ValueError) as exc:
         logger.warning("session %s failed: %s", session.id, exc)
-        return RunOutcome("failed", f"{type(exc).__name__}: {exc}", None)
+        return RunOutcome("failed", f"{type(exc).__name__}: {exc}", None, log)
     except Exception as exc:  # a bug must not kill the server; report it as the session's failure
         logger.exception("session %s crashed", session.id)
-        return RunOutcome("failed", f"internal error: {type(exc).__name__}: {exc}", None)
+        return RunOutcome("failed", f"internal error: {type(exc).__name__}: {exc}", None, log)
     finally:
         if workspace is not None:
             workspace.close()

@@ -226,8 +226,7 @@ class RecapServer(LanguageServer):
         try:
             config = RecapConfig.load(None, max_steps=options.max_steps, summarize_at=options.summarize_at,
                                       hard_limit=options.hard_limit)
-            session.log = SessionWriter(session.session_path)
-        except (RecapError, OSError) as exc:
+        except RecapError as exc:
             self._finish(session, "failed", str(exc))
             return
         outcome = await asyncio.to_thread(
@@ -237,11 +236,11 @@ class RecapServer(LanguageServer):
                                              adapter=session.adapter_path),
             open_workspace=lambda: open_backend(options.backend, session.repo, buffers=session.buffers),
             config=config,
-            log=session.log,
+            open_log=lambda: SessionWriter(session.session_path),
             on_event=on_event,
             model_spec=options.model,
         )
-        session.proposal = outcome.proposal
+        session.proposal, session.log = outcome.proposal, outcome.log
         self._finish(session, outcome.state, outcome.message)
 
     async def _begin_progress(self, session: EditorSession) -> None:
