@@ -89,6 +89,13 @@ _WRAPPER = 'exec 3>&2 2>/dev/null; "$@" 2>&3 3>&-; rc=$?; kill -KILL -1; kill -K
 process of the command user except this shell. Its `$0` is "recap"; a missing program exits 127."""
 
 
+_COMMAND_ENV = {
+    "HOME": "/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "TMPDIR": "/tmp", "PAGER": "cat",
+    "GIT_PAGER": "cat", "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1",
+}
+"""What commands see besides the image's PATH: the same variables as in a local workspace."""
+
+
 class _BoundedBuffer:
     """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
 
@@ -239,7 +246,7 @@ class DockerWorkspace:
         started = time.monotonic()
         exec_id = api.exec_create(
             self._container.id, argv, user=f"{self._uid}:{self._gid}", workdir=WORKDIR,
-            environment={"HOME": "/tmp", "LANG": "C.UTF-8", "TERM": "dumb"},
+            environment=_COMMAND_ENV,
         )["Id"]
         out, err = _BoundedBuffer(self.config.max_output_bytes), _BoundedBuffer(self.config.max_output_bytes)
 

