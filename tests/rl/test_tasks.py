@@ -1,0 +1,121 @@
+"""Task making: AST mutations, and a whole `make_tasks` run on a small package (a local sdist in
+the download cache, so no network is needed)."""
+
+import ast
+import io
+import subprocess
+import tarfile
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.session import read_session
+from rl.tasks import make_tasks, mutations_of
+
+SOURCE = '''"""Tiny maths."""
+
+
+def clamp(x, low, high):
+    if x < low:
+        return low
+    if x > high:
+        return high
+    return x
+
+
+def span(items):
+    total = 0
+    for item in items:
+        total = total + 1
+    return max(items) - min(items), total
+
+
+def power(x, n):
+    return pow(x, n)
+'''
+
+TESTS = '''from tinymath import clamp, power, span
+
+
+def test_clamp_low():
+    assert clamp(-5, 0, 10) == 0
+
+
+def test_clamp_high():
+    assert clamp(50, 0, 10) == 10
+
+
+def test_clamp_inside():
+    assert clamp(5, 0, 10) == 5
+
+
+def test_span():
+    assert span([3, 9, 4]) == (6, 3)
+
+
+def test_power():
+    assert power(2, 3) == 8
+'''
+
+
+def test_each_mutation_kind_is_found_and_stays_valid_python():
+    found = list(mutations_of(SOURCE, "tinymath.py"))
+    kinds = {m.kind for m in found}
+    assert kinds == {"flip_comparison", "off_by_one", "drop_statement", "swap_arguments"}
+    flip = next(m for m in found if m.kind == "flip_comparison")
+    assert flip.apply(SOURCE).count("x >= low") == 1 and flip.description == "x < low -> x >= low"
+    swap = next(m for m in found if m.kind == "swap_arguments")
+    assert swap.apply(SOURCE).count("pow(n, x)") == 1
+    for m in found:
+        ast.parse(m.apply(SOURCE))
+    dropped = [m for m in found if m.kind == "drop_statement"]
+    # never the only statement of a block, never a def or a docstring
+    assert all("def " not in SOURCE[m.start : m.end] for m in dropped)
+    assert not any(SOURCE[m.start : m.end].strip() == "total = total + 1" for m in dropped)  # sole statement of the loop
+    assert any("total = 0" in SOURCE[m.start : m.end] for m in dropped)
+
+
+def _sdist(path):
+    with tarfile.open(path, "w:gz") as tf:
+        for name, text in (("tinymath.py", SOURCE), ("test_tinymath.py", TESTS), ("setup.py", "")):
+            data = text.encode()
+            info = tarfile.TarInfo(f"tinymath-1.0/{name}")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+
+
+def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    _sdist(cache / "downloads" / "tinymath-1.0.tar.gz")
+    paths = make_tasks("tinymath==1.0", count=3, out_dir=tmp_path / "tasks", cache_dir=cache, seed=1)
+    assert len(paths) == 3
+    kinds = set()
+    for path in paths:
+        start = read_session(path).start
+        assert start.source == "task" and start.verify and start.base_commit
+        kinds.add(start.meta["mutation"])
+        repo = tmp_path / "check"
+        subprocess.run(["git", "clone", "-q", start.repo, str(repo)], check=True)
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", start.base_commit], check=True)
+        subprocess.run(["git", "-C", str(repo), "apply", "-"], input=start.base_diff, text=True, check=True)
+        assert "tinymath.py" in start.base_diff and "test_" not in start.base_diff.split("\n")[0]
+        assert subprocess.run(["bash", "-c", start.verify], cwd=repo, capture_output=True).returncode != 0
+        subprocess.run(["git", "-C", str(repo), "apply", "-"], input=start.reference_diff, text=True, check=True)
+        assert subprocess.run(["bash", "-c", start.verify], cwd=repo, capture_output=True).returncode == 0
+        subprocess.run(["rm", "-rf", str(repo)], check=True)
+    assert len(kinds) >= 2
+
+
+def test_bad_requirements_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="NAME==VERSION"):
+        make_tasks("tinymath>=1", count=1, out_dir=tmp_path, cache_dir=tmp_path)
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    with tarfile.open(cache / "downloads" / "broken-1.0.tar.gz", "w:gz") as tf:
+        data = b"def test_x():\n    assert False\n"
+        info = tarfile.TarInfo("broken-1.0/test_broken.py")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    with pytest.raises(ConfigError, match="do not pass before any mutation"):
+        make_tasks("broken==1.0", count=1, out_dir=tmp_path / "t", cache_dir=cache)
