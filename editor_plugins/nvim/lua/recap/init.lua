@@ -1,0 +1,354 @@
+--- recap for Neovim: starts `recap serve` through Neovim's LSP client and maps the server's
+--- commands (docs/lsp-protocol.md) onto :Recap, :RecapAccept, :RecapReject, :RecapCancel and
+--- :RecapLog. No agent logic lives here; the UI (diff preview, log, statusline) is in recap.ui.
+local ui = require("recap.ui")
+
+local M = {}
+
+--- The server commands this plugin calls; a test checks them against the server's
+--- executeCommandProvider.commands.
+M.server_commands = {
+  run = "recap.run",
+  cancel = "recap.cancel",
+  accept = "recap.accept",
+  reject = "recap.reject",
+  status = "recap.status",
+  proposal = "recap.proposal",
+}
+
+local NAME = "recap"
+
+--- @class recap.Options
+M.defaults = {
+  cmd = nil, --- string[]: the server command line; nil: {python, "-m", "recap.cli", "serve"} or {"recap", "serve"}
+  python = nil, --- string: a Python with recap installed
+  model = "embedded", --- model spec: embedded, hf:PATH, openai:MODEL@URL, scripted:FILE.json
+  endpoint = nil, --- base URL of an OpenAI-compatible endpoint
+  api_key = nil,
+  backend = "local", --- "local" or "docker"
+  summarize_at = nil, --- context tokens at which the agent summarizes itself
+  hard_limit = nil,
+  max_steps = nil,
+  sessions_dir = nil,
+  adapter_dir = nil,
+  root_markers = { ".git" }, --- the workspace folder is the nearest parent holding one (else the cwd)
+  filetypes = nil, --- nil: every filetype
+  preview = true, --- open the diff preview when a run finishes
+}
+
+--- Per-editor state: the options, every session seen, the last proposal shown.
+M.state = {
+  options = nil,
+  sessions = {}, --- session id -> {task, state, token?, message?, progress = {values...}}
+  current = nil, --- session whose proposal is previewed (default target of Accept/Reject)
+  last_run = nil,
+  progress = nil, --- last progress message, for the statusline
+}
+
+local token_counter = 0
+
+--- The server's configuration object (the protocol's keys; nil ones are left out).
+--- @param opts recap.Options
+function M.server_options(opts)
+  if opts.backend ~= "local" and opts.backend ~= "docker" then
+    error(('recap: backend must be "local" or "docker", got %s'):format(vim.inspect(opts.backend)))
+  end
+  return {
+    model = opts.model,
+    endpoint = opts.endpoint,
+    apiKey = opts.api_key,
+    backend = opts.backend,
+    summarizeAt = opts.summarize_at,
+    hardLimit = opts.hard_limit,
+    maxSteps = opts.max_steps,
+    sessionsDir = opts.sessions_dir,
+    adapterDir = opts.adapter_dir,
+  }
+end
+
+--- @param opts recap.Options
+function M.server_cmd(opts)
+  if opts.cmd then
+    return opts.cmd
+  end
+  if opts.python then
+    return { opts.python, "-m", "recap.cli", "serve" }
+  end
+  return { "recap", "serve" }
+end
+
+--- The workspace folder of `bufnr`: the nearest parent holding a root marker, else the cwd.
+function M.root(bufnr, opts)
+  return vim.fs.root(bufnr, opts.root_markers) or vim.fn.getcwd()
+end
+
+local function client_config(opts)
+  local options = M.server_options(opts)
+  return {
+    name = NAME,
+    cmd = M.server_cmd(opts),
+    filetypes = opts.filetypes,
+    root_dir = function(bufnr, on_dir)
+      if vim.api.nvim_buf_get_name(bufnr) ~= "" then -- not for unnamed scratch buffers
+        on_dir(M.root(bufnr, opts))
+      end
+    end,
+    init_options = options,
+    -- answers workspace/configuration for section "recap"
+    settings = { recap = options },
+    handlers = {
+      ["recap/event"] = function(_, event)
+        M._on_event(event)
+      end,
+    },
+  }
+end
+
+--- The running recap client, starting it for the current buffer when needed.
+function M.client()
+  local clients = vim.lsp.get_clients({ name = NAME })
+  if #clients > 0 then
+    -- a buffer FileType did not attach (no filetype, or filtered out): attach it so the server
+    -- sees its text (didOpen) before the command
+    if vim.bo.buftype == "" and not vim.lsp.buf_is_attached(0, clients[1].id) then
+      vim.lsp.buf_attach_client(0, clients[1].id)
+    end
+    return clients[1]
+  end
+  if not M.state.options then
+    error("recap: call require('recap').setup{} first")
+  end
+  local config = client_config(M.state.options)
+  config.root_dir = M.root(0, M.state.options)
+  local id = vim.lsp.start(config, { bufnr = 0 })
+  return id and vim.lsp.get_client_by_id(id) or error("recap: could not start " .. table.concat(config.cmd, " "))
+end
+
+-- Neovim 0.11 made client methods take `self` (client:request); 0.10 has client.request.
+local function request(client, method, params, handler, bufnr)
+  if vim.fn.has("nvim-0.11") == 1 then
+    return client:request(method, params, handler, bufnr)
+  end
+  return client.request(method, params, handler, bufnr)
+end
+
+local function notify(client, method, params)
+  if vim.fn.has("nvim-0.11") == 1 then
+    return client:notify(method, params)
+  end
+  return client.notify(method, params)
+end
+
+--- workspace/executeCommand with the single object argument every recap command takes.
+--- @param command string one of M.server_commands
+--- @param argument table
+--- @param on_result fun(result: table) called on success; errors are reported with vim.notify
+--- @param token string|nil work-done progress token
+function M.execute(command, argument, on_result, token)
+  local client = M.client()
+  local params = { command = command, arguments = { argument }, workDoneToken = token }
+  request(client, "workspace/executeCommand", params, function(err, result)
+    if err then
+      vim.notify(("recap: %s failed: %s"):format(command, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      return
+    end
+    on_result(result)
+  end, 0)
+end
+
+--- Ask the server to run `task`, with the buffer (and the lines first..last, 1-based) as context.
+function M.run(task, first, last)
+  local bufnr = vim.api.nvim_get_current_buf()
+  local argument = { task = task, uri = vim.uri_from_bufnr(bufnr) }
+  if first and last then
+    argument.range = ui.line_range(bufnr, first, last)
+  end
+  token_counter = token_counter + 1
+  local token = ("recap-nvim-%d-%d"):format(vim.fn.getpid(), token_counter)
+  M.execute(M.server_commands.run, argument, function(result)
+    local session = M._session(result.session)
+    session.task, session.token = task, token
+    M.state.last_run = result.session
+  end, token)
+end
+
+function M._session(id)
+  M.state.sessions[id] = M.state.sessions[id] or { state = "running", progress = {} }
+  return M.state.sessions[id]
+end
+
+local function session_of_token(token)
+  for id, session in pairs(M.state.sessions) do
+    if session.token == token then
+      return id, session
+    end
+  end
+end
+
+function M._on_event(event)
+  ui.log_event(event)
+  if event.type ~= "state" then
+    return
+  end
+  local session = M._session(event.session)
+  session.state, session.message = event.state, event.message
+  if event.state == "finished" and M.state.options.preview then
+    vim.schedule(function()
+      M.preview(event.session)
+    end)
+  elseif event.state == "failed" then
+    vim.notify(("recap failed: %s (:RecapLog)"):format(event.message or "see the log"), vim.log.levels.ERROR)
+  end
+end
+
+function M._on_progress(args)
+  local client = vim.lsp.get_client_by_id(args.data.client_id)
+  if not client or client.name ~= NAME then
+    return
+  end
+  local params = args.data.params
+  local value = params.value or {}
+  local _, session = session_of_token(params.token)
+  if session then
+    table.insert(session.progress, value)
+  end
+  M.state.progress = value.kind ~= "end" and (value.message or value.title) or nil
+  vim.cmd.redrawstatus()
+end
+
+--- Statusline component: the running step, e.g. "recap: editing x.py", else "".
+function M.statusline()
+  return M.state.progress and ("recap: " .. M.state.progress) or ""
+end
+
+--- Fetch the proposal of `session` and show it in diff splits (one tab per file).
+function M.preview(session)
+  M.execute(M.server_commands.proposal, { session = session }, function(proposal)
+    M.state.current = session
+    ui.show_proposal(proposal)
+  end)
+end
+
+local function target(session)
+  local id = session ~= "" and session or M.state.current
+  if not id then
+    vim.notify("recap: no proposal to act on", vim.log.levels.WARN)
+  end
+  return id
+end
+
+function M.accept(session, on_done)
+  local id = target(session)
+  if not id then
+    return
+  end
+  -- The server answers with workspace/applyEdit, which Neovim's handler applies to the buffers.
+  M.execute(M.server_commands.accept, { session = id }, function(result)
+    M._session(id).state = result.state
+    if result.applied then
+      ui.close_proposal(id)
+      vim.notify("recap: applied " .. table.concat(result.files or {}, ", "))
+    else
+      vim.notify("recap: the change was not applied: " .. (result.message or "refused"), vim.log.levels.WARN)
+    end
+    if on_done then
+      on_done(result)
+    end
+  end)
+end
+
+function M.reject(session, on_done)
+  local id = target(session)
+  if not id then
+    return
+  end
+  M.execute(M.server_commands.reject, { session = id }, function(result)
+    M._session(id).state = result.state
+    ui.close_proposal(id)
+    if on_done then
+      on_done(result)
+    end
+  end)
+end
+
+function M.cancel(session)
+  local id = session ~= "" and session or nil
+  if not id then
+    for sid, s in pairs(M.state.sessions) do
+      if s.state == "running" then
+        id = sid
+      end
+    end
+  end
+  if not id then
+    vim.notify("recap: nothing is running")
+    return
+  end
+  M.execute(M.server_commands.cancel, { session = id }, function(result)
+    M._session(id).state = result.state
+  end)
+end
+
+local function define_commands()
+  local command = vim.api.nvim_create_user_command
+  command("Recap", function(args)
+    local run = function(task)
+      if task and vim.trim(task) ~= "" then
+        M.run(vim.trim(task), args.range > 0 and args.line1 or nil, args.range > 0 and args.line2 or nil)
+      end
+    end
+    if args.args ~= "" then
+      run(args.args)
+    else
+      vim.ui.input({ prompt = "recap task: " }, run)
+    end
+  end, { nargs = "*", range = true, desc = "Run a recap task (a visual range is sent as context)" })
+  command("RecapAccept", function(args)
+    M.accept(args.args)
+  end, { nargs = "?", desc = "Apply the previewed recap proposal" })
+  command("RecapReject", function(args)
+    M.reject(args.args)
+  end, { nargs = "?", desc = "Reject the previewed recap proposal" })
+  command("RecapCancel", function(args)
+    M.cancel(args.args)
+  end, { nargs = "?", desc = "Cancel a running recap task" })
+  command("RecapLog", function()
+    ui.open_log()
+  end, { desc = "Show the recap event log" })
+end
+
+--- Configure and enable the recap language server. Calling it again updates the options and
+--- sends them to a running server (workspace/didChangeConfiguration).
+--- @param opts recap.Options|nil
+function M.setup(opts)
+  local options = vim.tbl_deep_extend("force", M.defaults, opts or {})
+  M.server_options(options) -- validate before changing anything
+  M.state.options = options
+  local config = client_config(options)
+  if vim.lsp.config then
+    vim.lsp.config(NAME, config)
+    vim.lsp.enable(NAME)
+  else
+    vim.api.nvim_create_autocmd("FileType", {
+      group = vim.api.nvim_create_augroup("recap.start", {}),
+      callback = function(args)
+        if vim.bo[args.buf].buftype == "" and vim.api.nvim_buf_get_name(args.buf) ~= "" then
+          local c = vim.deepcopy(config)
+          c.root_dir = M.root(args.buf, options)
+          vim.lsp.start(c, { bufnr = args.buf })
+        end
+      end,
+    })
+  end
+  for _, client in ipairs(vim.lsp.get_clients({ name = NAME })) do
+    client.settings = config.settings
+    notify(client, "workspace/didChangeConfiguration", { settings = config.settings })
+  end
+  vim.api.nvim_create_autocmd("LspProgress", {
+    group = vim.api.nvim_create_augroup("recap.progress", {}),
+    callback = M._on_progress,
+  })
+  define_commands()
+end
+
+return M

