@@ -191,7 +191,7 @@ def execute(
             meta={"lsp_session": session.id, "model_spec": model_spec},
         )
         if result.stop_reason == "cancelled" or session.cancel.is_set():
-            return RunOutcome("cancelled", "cancelled", None, log)
+            return RunOutcome("cancelled", None, None, log)
         if result.stop_reason == "error":
             return RunOutcome("failed", result.message or "the agent stopped with an error", None, log)
         proposal = build_proposal(workspace, result.diff)

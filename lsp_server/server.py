@@ -83,6 +83,7 @@ class RecapServer(LanguageServer):
         self.policies = PolicyCache()
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._accepting: set[str] = set()
+        self._stopping = False  # after `shutdown`: sessions are cancelled, nothing more is sent
         self._watched: dict[str, tuple[EditorSession, str]] = {}  # uri -> (session, path) awaiting "kept"
 
     # ---- configuration ------------------------------------------------------------------------
@@ -257,6 +258,8 @@ class RecapServer(LanguageServer):
                 title=f"recap: {session.task}", cancellable=True, message="starting"))
 
     def _on_agent_event(self, session: EditorSession, event: Any) -> None:
+        if self._stopping:
+            return
         line = session.observe(event)
         if line and session.progress_token is not None and session.state == "running":
             self.work_done_progress.report(session.progress_token, types.WorkDoneProgressReport(message=line))
@@ -265,6 +268,8 @@ class RecapServer(LanguageServer):
     def _finish(self, session: EditorSession, state: str, message: str | None) -> None:
         session.state = state  # type: ignore[assignment]
         session.message = message
+        if self._stopping:
+            return
         if session.progress_token is not None:
             end = state if not message else f"{state}: {message}"
             self.work_done_progress.end(session.progress_token, types.WorkDoneProgressEnd(message=end))
@@ -361,9 +366,11 @@ class RecapServer(LanguageServer):
         self.record_verdict(session, verdict, files=[path], reason=f"{still} of {total} accepted lines still there")
 
     def shutdown_sessions(self) -> None:
+        """On `shutdown`: cancel every run (their workers close their workspaces) and close the logs."""
+        self._stopping = True
         for session in self.sessions.values():
             session.cancel.set()
-            if session.log is not None:
+            if session.log is not None and session.state != "running":  # a running worker still writes its Final
                 session.log.close()
 
 

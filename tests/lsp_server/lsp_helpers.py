@@ -51,6 +51,17 @@ def apply_text_edits(text: str, edits: list[Any]) -> str:
     return out
 
 
+def plain(value: Any) -> Any:
+    """pygls hands custom notification params over as namedtuples; back to JSON values."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
 class Editor:
     """The test's editor: documents, edits, events. Paths are relative to `root`."""
 
@@ -66,7 +77,7 @@ class Editor:
 
         @client.feature("recap/event")
         def _event(ls: LanguageClient, params: Any) -> None:
-            self.events.append(params if isinstance(params, dict) else json.loads(json.dumps(params, default=vars)))
+            self.events.append(plain(params))
             self._changed.set()
 
         @client.feature(types.WORKSPACE_APPLY_EDIT)
