@@ -283,9 +283,8 @@ class ShadowRepo:
     def seal(self, *, base: str, start: str) -> None:
         """Point `main` (checked out) and the tags `base`, `start` at the two commits and copy the
         main index (which must hold `start`'s tree) as the private index."""
-        self._git("update-ref", "refs/heads/main", start)
-        self._git("tag", "base", base)
-        self._git("tag", "start", start)
+        refs = f"update refs/heads/main {start}\ncreate refs/tags/base {base}\ncreate refs/tags/start {start}\n"
+        self._git("update-ref", "--stdin", stdin=refs.encode())
         shutil.copyfile(Path(self._repo.git_dir) / "index", self.private_index)
 
     def diff_trees(self, old: str, new: str) -> str:

@@ -119,12 +119,12 @@ class OutlineParams(Params):
 
 
 def outline(params: OutlineParams, workspace: Workspace) -> ToolResult:
+    text, _ = read_text(workspace, params.path, lossy=True)
     suffix = "." + params.path.rsplit(".", 1)[-1] if "." in params.path.rsplit("/", 1)[-1] else ""
     language = LANGUAGE_OF_SUFFIX.get(suffix.lower())
     if language is None:
         known = ", ".join(sorted(LANGUAGE_OF_SUFFIX))
-        raise ToolError(f"outline does not know {params.path!r}'s language; supported suffixes: {known}")
-    text, _ = read_text(workspace, params.path, lossy=True)
+        raise ToolError(f"outline does not know the language of {params.path}; supported suffixes: {known}")
     found = definitions(text.encode("utf-8"), language)
     if not found:
         return ToolResult(f"no definitions found in {params.path}")
