@@ -4,7 +4,8 @@
 back to Python's `re` over `list_files`/`read_bytes` when it is not (exit 127) or when ripgrep
 rejects the pattern (e.g. look-around, which only Python supports). Both ways give the same
 output: `path:line:text`, sorted by path then line. Both skip binary files (a NUL byte) and
-files ignored by `.gitignore`; ripgrep does not follow symlinks.
+files ignored by `.gitignore`. Known differences: ripgrep does not follow symlinks, and in a
+file that is not valid UTF-8 its `.` does not match an invalid byte (Python sees U+FFFD there).
 """
 
 from __future__ import annotations
