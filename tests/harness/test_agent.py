@@ -14,12 +14,12 @@ from harness.config import AgentConfig, ContextConfig, RecapConfig
 from harness.policies.scripted import ScriptedPolicy
 from harness.render import render_session
 from harness.session import Final, Observation, PolicyTurn, SessionStart, SessionWriter, Summary, read_session
-from test_agent_support import TOOLS, GitDirWorkspace, call
+from test_agent_support import TOOLS, call
 
 
 @pytest.fixture
-def ws(tmp_path):
-    return GitDirWorkspace(tmp_path / "repo", {"app.py": "x = 1\n"})
+def ws(workspace_of, make_repo):
+    return workspace_of(make_repo({"app.py": "x = 1\n"}))
 
 
 def run(ws, turns, *, config=None, log=None, window=4096, **kwargs):
@@ -124,7 +124,8 @@ def test_session_file_records_every_event_and_reads_back(ws, tmp_path):
     start = session.start
     assert isinstance(start, SessionStart) and start.task == "change x to 2 in app.py" and start.model == "scripted"
     assert start.config == config.to_dict()
-    assert start.base_commit == ws.origin.base_commit and start.sandbox == "none: test"
+    assert start.base_commit == ws.origin.base_commit and start.sandbox == ws.origin.sandbox != ""
+    assert start.repo == ws.origin.repo
     assert {t["function"]["name"] for t in start.tools} == {"emit", "read_file", "write_file", "finish", "prune"}
     turns_ = session.of_type(PolicyTurn)
     assert [t.kind for t in turns_] == ["action", "action", "summary", "action"]
@@ -169,6 +170,23 @@ def test_on_event_failure_does_not_stop_the_run(ws):
 
     result, _ = run(ws, [call("finish", message="ok")], on_event=broken)
     assert result.stop_reason == "finish"
+
+
+def test_default_tools_end_to_end(ws):
+    turns = [
+        call("grep", pattern="x ="),
+        call("edit_file", path="app.py", old_string="x = 1", new_string="x = 2"),
+        call("run_command", command="python3 -c 'import app; print(app.x)'"),
+        call("finish", message="x is 2"),
+    ]
+    policy = ScriptedPolicy(turns)
+    result = Agent(policy=policy, workspace=ws).run("set x to 2")
+    assert result.stop_reason == "finish", result.message
+    assert [o.is_error for o in observations(result)] == [False] * 4
+    assert "app.py" in observations(result)[0].output
+    assert "2" in observations(result)[2].output
+    assert "+x = 2" in result.diff
+    assert "prune" in {t["function"]["name"] for t in result.events[0].tools}
 
 
 def test_scripted_policy_from_file(tmp_path):

@@ -8,15 +8,15 @@ import pytest
 from harness.agent import Agent
 from harness.config import AgentConfig, ContextConfig, RecapConfig
 from harness.session import PolicyTurn, Summary
-from test_agent_support import TOOLS, GitDirWorkspace
+from test_agent_support import TOOLS
 
 
 @pytest.mark.embedded
-def test_embedded_model_summarizes_and_keeps_going(tmp_path):
+def test_embedded_model_summarizes_and_keeps_going(workspace_of, make_repo):
     from harness.policies import load_policy
 
     policy = load_policy("embedded", context_window=1400, temperature=0.0)
-    ws = GitDirWorkspace(tmp_path / "repo", {"notes.txt": "alpha beta gamma\n" * 40, "app.py": "x = 1\n"})
+    ws = workspace_of(make_repo({"notes.txt": "alpha beta gamma\n" * 40, "app.py": "x = 1\n"}))
     config = RecapConfig(
         agent=AgentConfig(max_steps=6, max_new_tokens=48, summary_max_new_tokens=64),
         context=ContextConfig(summarize_at=900, hard_limit=1300, keep_recent=1, max_summaries=2),

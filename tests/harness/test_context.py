@@ -13,14 +13,14 @@ from harness.context import CUT_MARKER, ContextManager
 from harness.errors import ConfigError
 from harness.policies.scripted import ScriptedPolicy
 from harness.session import Observation, PolicyTurn, Prune, Summary
-from test_agent_support import TOOLS, GitDirWorkspace, call
+from test_agent_support import TOOLS, call
 
 WINDOW = 2048
 
 
 @pytest.fixture
-def ws(tmp_path):
-    return GitDirWorkspace(tmp_path / "repo")
+def ws(workspace_of, make_repo):
+    return workspace_of(make_repo({"README.md": "hello\n"}))
 
 
 def run(ws, turns, *, window=WINDOW, max_new_tokens=64, **context):
@@ -238,8 +238,7 @@ def episodes(draw):
     max_summaries=st.integers(0, 4),
     max_new_tokens=st.integers(16, 400),
 )
-def test_no_prompt_ever_exceeds_the_window(tmp_path_factory, turns, strategy, summarize_at, hard_extra, keep_recent, max_summaries, max_new_tokens):
-    ws = GitDirWorkspace(tmp_path_factory.mktemp("ws"))
+def test_no_prompt_ever_exceeds_the_window(ws, turns, strategy, summarize_at, hard_extra, keep_recent, max_summaries, max_new_tokens):
     policy = ScriptedPolicy(turns, context_window=3000)
     config = RecapConfig(
         agent=AgentConfig(max_steps=40, max_new_tokens=max_new_tokens, summary_max_new_tokens=max_new_tokens),
