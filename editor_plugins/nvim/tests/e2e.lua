@@ -1,19 +1,13 @@
 -- nvim --clean --headless -l tests/e2e.lua : the plugin against the real `recap serve` with a
--- scripted policy. The server is `$RECAP_SERVER_CMD` (split on spaces) or
--- `$RECAP_PYTHON -m recap.cli serve`.
+-- scripted policy. The server runs through `python = $RECAP_PYTHON` when that is set, else as
+-- `recap serve` from the PATH.
 local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, "S").source:sub(2), ":p:h") .. "/helpers.lua")
 local recap = require("recap")
 local ui = require("recap.ui")
 
 local TIMEOUT_MS = 45000
 
-local function server_cmd()
-  local explicit = vim.trim(os.getenv("RECAP_SERVER_CMD") or "")
-  if explicit ~= "" then
-    return vim.split(explicit, "%s+")
-  end
-  return { os.getenv("RECAP_PYTHON") or "python3", "-m", "recap.cli", "serve" }
-end
+local python = os.getenv("RECAP_PYTHON")
 
 local function tool_call(name, args)
   return ("<tool_call>\n%s\n</tool_call>"):format(vim.json.encode({ name = name, arguments = args }))
@@ -79,7 +73,7 @@ local function run_to_finish(command)
   return id
 end
 
-recap.setup({ cmd = server_cmd(), model = fix, sessions_dir = root .. "/sessions" })
+recap.setup({ python = python, model = fix, sessions_dir = root .. "/sessions" })
 vim.cmd.edit(ws .. "/calc.py")
 local buf = vim.api.nvim_get_current_buf()
 
@@ -134,7 +128,7 @@ end)
 
 H.test("setup{} again switches the model; :RecapReject leaves buffer and disk alone", function()
   recap.setup({
-    cmd = server_cmd(),
+    python = python,
     model = script("notes.json", {
       tool_call("write_file", { path = "NOTES.md", content = "notes\n" }),
       tool_call("finish", { message = "wrote notes" }),
@@ -157,7 +151,7 @@ end)
 
 H.test(":RecapCancel stops a running task", function()
   recap.setup({
-    cmd = server_cmd(),
+    python = python,
     model = script("slow.json", { tool_call("run_command", { command = "sleep 30" }), tool_call("finish", { message = "slept" }) }),
     sessions_dir = root .. "/sessions",
   })

@@ -22,9 +22,9 @@ H.test("options map to the protocol's configuration keys", function()
   H.ok(not ok and err:find('backend must be "local" or "docker"', 1, true), err)
 end)
 
-H.test("server command: explicit, python -m recap.cli serve, or recap serve", function()
+H.test("server command: explicit, through the python, or recap serve", function()
   H.eq(recap.server_cmd({ cmd = { "/opt/recap", "serve" } }), { "/opt/recap", "serve" }, "explicit")
-  H.eq(recap.server_cmd({ python = "/venv/bin/python" }), { "/venv/bin/python", "-m", "recap.cli", "serve" }, "python")
+  H.eq(recap.server_cmd({ python = "/venv/bin/python" }), { "/venv/bin/python", "-c", recap.python_entry, "serve" }, "python")
   H.eq(recap.server_cmd({}), { "recap", "serve" }, "default")
 end)
 

@@ -9,7 +9,7 @@ export type Backend = "local" | "docker";
 export interface ExtensionSettings {
   /** Full command line of the server, e.g. `["recap", "serve"]`; empty: derived from `pythonPath`. */
   serverCommand: string[];
-  /** Python with recap installed; used as `python -m recap.cli serve` when `serverCommand` is empty. */
+  /** Python with recap installed; runs the server when `serverCommand` is empty. */
   pythonPath: string;
   model: string;
   endpoint: string;
@@ -95,14 +95,17 @@ export function serverOptions(settings: ExtensionSettings): ServerOptions {
   return options;
 }
 
-/** How to start `recap serve` over stdio: `serverCommand`, else `pythonPath -m recap.cli serve`,
+/** Runs the `recap` command line from a given Python (like the `recap` console script does). */
+export const PYTHON_ENTRY = "from recap.cli import app; app(prog_name='recap')";
+
+/** How to start `recap serve` over stdio: `serverCommand`, else the CLI through `pythonPath`,
  * else `recap serve` from the PATH. */
 export function serverCommand(settings: ExtensionSettings): { command: string; args: string[] } {
   if (settings.serverCommand.length > 0) {
     const [command, ...args] = settings.serverCommand;
     return { command: command!, args };
   }
-  if (settings.pythonPath) return { command: settings.pythonPath, args: ["-m", "recap.cli", "serve"] };
+  if (settings.pythonPath) return { command: settings.pythonPath, args: ["-c", PYTHON_ENTRY, "serve"] };
   return { command: "recap", args: ["serve"] };
 }
 

@@ -4,7 +4,8 @@
  * settings mapping, same diff assembly), and answers the server's requests as
  * vscode-languageclient does (progress tokens, configuration, applyEdit).
  *
- * The server command is `$RECAP_SERVER_CMD` (split on spaces) or `$RECAP_PYTHON -m recap.cli serve`.
+ * The server starts as the extension starts it: through `recap.pythonPath` = `$RECAP_PYTHON` when
+ * that is set, else `recap serve` from the PATH.
  */
 import assert from "node:assert/strict";
 import { ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -30,15 +31,10 @@ import { RecapClient, Rpc, WorkDoneProgress } from "../src/client";
 import { diffEntries, parseProposalUri, sideText } from "../src/diff";
 import { formatEvent } from "../src/events";
 import { DONE_STATES, RecapEvent, SERVER_COMMANDS } from "../src/protocol";
-import { readSettings, serverOptions } from "../src/settings";
+import { readSettings, serverCommand, serverOptions } from "../src/settings";
 
 const TIMEOUT_MS = 90_000;
 
-function serverCommandLine(): string[] {
-  const explicit = process.env.RECAP_SERVER_CMD?.trim();
-  if (explicit) return explicit.split(/\s+/);
-  return [process.env.RECAP_PYTHON || "python3", "-m", "recap.cli", "serve"];
-}
 
 function toolCall(name: string, args: object): string {
   return `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
@@ -163,8 +159,8 @@ class FakeEditor {
 }
 
 async function startEditor(workspace: string, settings: Record<string, unknown>): Promise<{ editor: FakeEditor; init: InitializeResult }> {
-  const [command, ...args] = serverCommandLine();
-  const child = spawn(command!, args, { cwd: workspace, stdio: ["pipe", "pipe", "pipe"] });
+  const { command, args } = serverCommand(readSettings((k) => settings[k]));
+  const child = spawn(command, args, { cwd: workspace, stdio: ["pipe", "pipe", "pipe"] });
   const connection = createProtocolConnection(new StreamMessageReader(child.stdout!), new StreamMessageWriter(child.stdin!));
   const editor = new FakeEditor(connection, child, settings);
   child.stderr!.on("data", (chunk) => editor.stderr.push(String(chunk)));
@@ -216,7 +212,11 @@ describe("the extension's protocol against the real recap serve", { timeout: TIM
       toolCall("edit_file", { path: "calc.py", old_string: "return a - b", new_string: "return a + b" }),
       toolCall("finish", { message: "add adds now" }),
     ]);
-    ({ editor, init } = await startEditor(workspace, { model: `scripted:${script}`, sessionsDir: join(root, "sessions") }));
+    ({ editor, init } = await startEditor(workspace, {
+      pythonPath: process.env.RECAP_PYTHON,
+      model: `scripted:${script}`,
+      sessionsDir: join(root, "sessions"),
+    }));
   });
 
   after(async () => {

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { needsRestart, readSettings, serverCommand, serverOptions } from "../src/settings";
+import { needsRestart, PYTHON_ENTRY, readSettings, serverCommand, serverOptions } from "../src/settings";
 
 const from = (values: Record<string, unknown>) => (key: string) => values[key];
 
@@ -43,7 +43,7 @@ test("server command: explicit command line, else the python path", () => {
   });
   assert.deepEqual(serverCommand(readSettings(from({ pythonPath: "/venv/bin/python" }))), {
     command: "/venv/bin/python",
-    args: ["-m", "recap.cli", "serve"],
+    args: ["-c", PYTHON_ENTRY, "serve"],
   });
 });
 

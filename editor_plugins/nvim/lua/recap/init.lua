@@ -18,9 +18,12 @@ M.server_commands = {
 
 local NAME = "recap"
 
+--- Runs the `recap` command line from a given Python (like the `recap` console script does).
+M.python_entry = "from recap.cli import app; app(prog_name='recap')"
+
 --- @class recap.Options
 M.defaults = {
-  cmd = nil, --- string[]: the server command line; nil: {python, "-m", "recap.cli", "serve"} or {"recap", "serve"}
+  cmd = nil, --- string[]: the server command line; nil: `recap serve` through `python`, else from the PATH
   python = nil, --- string: a Python with recap installed
   model = "embedded", --- model spec: embedded, hf:PATH, openai:MODEL@URL, scripted:FILE.json
   endpoint = nil, --- base URL of an OpenAI-compatible endpoint
@@ -72,7 +75,7 @@ function M.server_cmd(opts)
     return opts.cmd
   end
   if opts.python then
-    return { opts.python, "-m", "recap.cli", "serve" }
+    return { opts.python, "-c", M.python_entry, "serve" }
   end
   return { "recap", "serve" }
 end
@@ -330,7 +333,7 @@ function M.setup(opts)
     vim.lsp.enable(NAME)
   else
     vim.api.nvim_create_autocmd("FileType", {
-      group = vim.api.nvim_create_augroup("recap.start", {}),
+      group = vim.api.nvim_create_augroup("RecapStart", {}),
       callback = function(args)
         if vim.bo[args.buf].buftype == "" and vim.api.nvim_buf_get_name(args.buf) ~= "" then
           local c = vim.deepcopy(config)
@@ -345,7 +348,7 @@ function M.setup(opts)
     notify(client, "workspace/didChangeConfiguration", { settings = config.settings })
   end
   vim.api.nvim_create_autocmd("LspProgress", {
-    group = vim.api.nvim_create_augroup("recap.progress", {}),
+    group = vim.api.nvim_create_augroup("RecapProgress", {}),
     callback = M._on_progress,
   })
   define_commands()
