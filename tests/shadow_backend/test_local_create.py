@@ -1,0 +1,187 @@
+"""LocalBackend.create / from_origin: the user's view is copied exactly, the user's checkout is never
+written, the history is sealed, and a recorded origin rebuilds the same start state."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.errors import PathOutsideWorkspace, WorkspaceError
+from harness.tools import default_registry
+from shadow_backend.local import LocalBackend, LocalWorkspace
+
+FILES: dict[str, str | bytes] = {
+    ".gitignore": "*.log\n",
+    "keep.txt": "unchanged\n",
+    "mod_staged.txt": "v1\n",
+    "mod_both.txt": "v1\n",
+    "mod_unstaged.txt": "v1\n",
+    "gone.txt": "to be deleted\n",
+    "img.bin": bytes(range(256)) * 4,
+    "run.sh": "#!/bin/sh\necho hi\n",
+}
+
+
+def user_repo(make_repo: Any, git_cmd: Any) -> Path:
+    """A repository with every kind of pending change."""
+    repo = make_repo(FILES, staged={"mod_staged.txt": "v2 staged\n", "mod_both.txt": "v2 staged\n",
+                                    "added_staged.txt": "new and staged\n"},
+                     unstaged={"mod_unstaged.txt": "v2 unstaged\n"},
+                     untracked={"new/untracked.txt": "untracked\n", "debug.log": "ignored\n"},
+                     deleted=("gone.txt",))
+    (repo / "mod_both.txt").write_text("v3 unstaged on top\n")
+    os.chmod(repo / "run.sh", 0o755)
+    git_cmd(repo, "update-index", "--chmod=+x", "run.sh")
+    return repo
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """sha256 and mode of every file (and symlink target) under `root`, `.git` included."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath, name)
+            data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+            out[str(path.relative_to(root))] = (hashlib.sha256(data).hexdigest(), path.lstat().st_mode)
+    return out
+
+
+def files_of(ws: LocalWorkspace) -> dict[str, bytes]:
+    return {p: ws.read_bytes(p) for p in ws.list_files()}
+
+
+def test_workspace_holds_what_the_user_sees(make_repo: Any, git_cmd: Any) -> None:
+    repo = user_repo(make_repo, git_cmd)
+    with LocalBackend.create(repo) as ws:
+        assert files_of(ws) == {
+            ".gitignore": b"*.log\n",
+            "added_staged.txt": b"new and staged\n",
+            "img.bin": bytes(range(256)) * 4,
+            "keep.txt": b"unchanged\n",
+            "mod_both.txt": b"v3 unstaged on top\n",
+            "mod_staged.txt": b"v2 staged\n",
+            "mod_unstaged.txt": b"v2 unstaged\n",
+            "new/untracked.txt": b"untracked\n",
+            "run.sh": b"#!/bin/sh\necho hi\n",
+        }
+        assert not ws.exists("debug.log") and not ws.exists("gone.txt")
+        assert os.stat(Path(ws.root, "run.sh")).st_mode & 0o111
+        assert ws.diff() == ""
+        assert ws.origin.repo == str(repo) and ws.origin.base_commit == git_cmd(repo, "rev-parse", "HEAD").strip()
+        for name in ("mod_both.txt", "mod_staged.txt", "mod_unstaged.txt", "added_staged.txt", "new/untracked.txt", "gone.txt"):
+            assert f"diff --git a/{name} b/{name}" in ws.origin.base_diff
+        assert "keep.txt" not in ws.origin.base_diff and "debug.log" not in ws.origin.base_diff
+
+
+def test_user_checkout_is_byte_identical_after_a_run(make_repo: Any, git_cmd: Any, tmp_path: Path) -> None:
+    repo = user_repo(make_repo, git_cmd)
+    before = snapshot(repo)
+    index_mtime = (repo / ".git" / "index").stat().st_mtime_ns
+    registry = default_registry()
+    with LocalBackend.create(repo, buffers={"keep.txt": "unsaved\n"}) as ws:
+        for name, args in [
+            ("edit_file", {"path": "mod_both.txt", "old_string": "v3", "new_string": "v4"}),
+            ("write_file", {"path": "brand/new.txt", "content": "x"}),
+            ("delete_file", {"path": "keep.txt"}),
+            ("run_command", {"command": "git add -A && git -c user.name=a -c user.email=a@a commit -qm agent && git status"}),
+            ("run_command", {"command": f"echo pwned > {repo}/keep.txt; rm -f {repo}/img.bin; touch {repo}/.git/index"}),
+            ("run_command", {"command": "rm -rf pkg run.sh; echo built > out.log"}),
+        ]:
+            assert not registry.call(name, args, ws).is_error
+        assert "brand/new.txt" in ws.diff()
+        forks = ws.fork(2)
+        rebuilt = LocalBackend.from_origin(ws.origin)
+        for other in (*forks, rebuilt):
+            other.close()
+    assert snapshot(repo) == before
+    assert (repo / ".git" / "index").stat().st_mtime_ns == index_mtime
+
+
+def test_history_is_sealed(make_repo: Any, git_cmd: Any) -> None:
+    repo = make_repo({"a.txt": "1\n"})
+    first = git_cmd(repo, "rev-parse", "HEAD").strip()
+    (repo / "a.txt").write_text("2\n")
+    git_cmd(repo, "commit", "-qam", "secret second commit")
+    with LocalBackend.create(repo) as ws:
+        log = ws.run("git log --format=%s --all", timeout_s=30)
+        assert log.stdout.split() == ["start", "base"]
+        assert ws.run(f"git cat-file -e {first}", timeout_s=30).exit_code != 0
+        assert ws.run("git status --porcelain", timeout_s=30).stdout == ""
+
+
+def test_buffers_are_part_of_the_start_state(make_repo: Any) -> None:
+    repo = make_repo({"a.py": "x = 1\n", "b.py": "y = 2\n"})
+    buffers = {"a.py": "x = 'unsaved'\n", "sub/new_buffer.py": "z = 3\n"}
+    with LocalBackend.create(repo, buffers=buffers) as ws:
+        assert ws.read_bytes("a.py") == b"x = 'unsaved'\n" and ws.read_bytes("sub/new_buffer.py") == b"z = 3\n"
+        assert ws.diff() == "" and ws.origin.base_diff == "" and ws.origin.buffers == buffers
+        assert (repo / "a.py").read_text() == "x = 1\n" and not (repo / "sub").exists()
+
+
+def test_bad_buffer_path_is_refused_and_nothing_is_left(make_repo: Any, tmp_path: Path) -> None:
+    parent = tmp_path / "workspaces"
+    parent.mkdir()
+    for bad in ("../evil.py", "/tmp/evil.py", ".git/hooks/pre-commit"):
+        with pytest.raises(PathOutsideWorkspace):
+            LocalBackend.create(make_repo({"a.py": ""}, name=f"r{len(bad)}"), buffers={bad: "x"}, parent_dir=parent)
+    assert list(parent.iterdir()) == []
+
+
+def test_from_origin_rebuilds_the_same_start_state(make_repo: Any, git_cmd: Any) -> None:
+    repo = user_repo(make_repo, git_cmd)
+    with LocalBackend.create(repo, buffers={"keep.txt": "buffer\n"}) as ws:
+        origin, expected, start = ws.origin, files_of(ws), ws.start_commit
+    (repo / "keep.txt").write_text("the user moved on\n")
+    git_cmd(repo, "add", "-A")
+    git_cmd(repo, "commit", "-qm", "later work")
+    with LocalBackend.from_origin(origin) as rebuilt:
+        assert files_of(rebuilt) == expected
+        assert rebuilt.start_commit == start and rebuilt.diff() == ""
+        assert rebuilt.origin.base_diff == origin.base_diff
+        assert os.stat(Path(rebuilt.root, "run.sh")).st_mode & 0o111
+
+
+def test_plain_directory_works_too(make_repo: Any) -> None:
+    folder = make_repo({"a.txt": "a\n", "d/b.bin": b"\0\1"}, git=False)
+    with LocalBackend.create(folder) as ws:
+        assert ws.origin.base_commit is None
+        assert "new file mode" in ws.origin.base_diff and "GIT binary patch" in ws.origin.base_diff
+        ws.write_bytes("a.txt", b"changed\n")
+        with LocalBackend.from_origin(ws.origin) as rebuilt:
+            assert files_of(rebuilt) == {"a.txt": b"a\n", "d/b.bin": b"\0\1"}
+
+
+def test_diff_covers_add_modify_delete_and_binary_and_applies(make_repo: Any, git_cmd: Any) -> None:
+    repo = make_repo({"a.txt": "one\ntwo\n", "b.txt": "bye\n", "c.bin": b"\0\1\2", "x.sh": "echo\n"})
+    with LocalBackend.create(repo) as ws:
+        ws.write_bytes("a.txt", b"one\n2\n")
+        ws.delete("b.txt")
+        ws.write_bytes("c.bin", b"\0\3\2\4")
+        ws.write_bytes("new/d.txt", b"added\n")
+        ws.run("chmod +x x.sh", timeout_s=30)
+        diff = ws.diff()
+        assert "-two\n+2" in diff
+        assert "diff --git a/b.txt b/b.txt\ndeleted file mode 100644" in diff
+        assert "diff --git a/c.bin b/c.bin" in diff and "GIT binary patch" in diff
+        assert "diff --git a/new/d.txt b/new/d.txt\nnew file mode 100644" in diff
+        assert "old mode 100644\nnew mode 100755" in diff
+        with LocalBackend.from_origin(ws.origin) as replica:  # the start state, then the diff on top
+            subprocess.run(["git", "apply", "--binary", "-"], cwd=replica.root, input=diff.encode(), check=True)
+            assert files_of(replica) == files_of(ws)
+            assert os.stat(Path(replica.root, "x.sh")).st_mode & 0o111
+
+
+def test_errors_and_close(make_repo: Any, tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceError):
+        LocalBackend.create(tmp_path / "does-not-exist")
+    ws = LocalBackend.create(make_repo({"a.txt": "a\n"}), parent_dir=tmp_path)
+    tmp = Path(ws.root).parent
+    ws.run("mkdir -p ro/sub && touch ro/sub/f && chmod -R a-w ro", timeout_s=30)
+    ws.close()
+    ws.close()
+    assert not tmp.exists()
