@@ -27,6 +27,7 @@ class ServerOptions(_Wire):
         backend: shadow backend name, `local` or `docker`.
         summarize_at, hard_limit: context thresholds, tokens or a fraction (<= 1) of the window.
         max_steps: policy turns per session.
+        max_new_tokens: completion budget of one policy turn (tokens).
         sessions_dir: where session files go (default: `harness.session.default_sessions_dir()`).
         adapter_dir: folder watched for LoRA adapters (subfolders holding `adapter_config.json`);
             the newest is loaded for each new session.
@@ -41,6 +42,7 @@ class ServerOptions(_Wire):
     summarize_at: float | None = Field(None, gt=0)
     hard_limit: float | None = Field(None, gt=0)
     max_steps: int | None = Field(None, ge=1)
+    max_new_tokens: int | None = Field(None, ge=1)
     sessions_dir: Path | None = None
     adapter_dir: Path | None = None
 

@@ -225,8 +225,8 @@ class RecapServer(LanguageServer):
             loop.call_soon_threadsafe(self._on_agent_event, session, event)
 
         try:
-            config = RecapConfig.load(None, max_steps=options.max_steps, summarize_at=options.summarize_at,
-                                      hard_limit=options.hard_limit)
+            config = RecapConfig.load(None, max_steps=options.max_steps, max_new_tokens=options.max_new_tokens,
+                                      summarize_at=options.summarize_at, hard_limit=options.hard_limit)
         except RecapError as exc:
             self._finish(session, "failed", str(exc))
             return

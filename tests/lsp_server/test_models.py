@@ -28,7 +28,7 @@ def make_adapter(folder: Path, *, seed: int) -> None:
 async def test_a_newer_adapter_is_loaded_for_the_next_session_only(start_editor, repo: Path, tmp_path: Path) -> None:
     adapters = tmp_path / "adapters"
     make_adapter(adapters / "step-1", seed=1)
-    editor = await start_editor(repo, model="tiny", maxSteps=1, adapterDir=str(adapters))
+    editor = await start_editor(repo, model="tiny", maxSteps=1, maxNewTokens=16, adapterDir=str(adapters))
 
     first = await editor.run("say something")
     await editor.wait_for(lambda: editor.session_events(first, "session_start"), timeout_s=120)
