@@ -227,3 +227,19 @@ def test_importing_policies_loads_no_heavy_library():
     code = ("import sys, harness.policies; heavy = {'torch', 'transformers', 'xgrammar', 'openai'} & set(sys.modules);"
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_sample_token_top_p_and_mask_renormalize():
+    from harness.policies.transformers_policy import sample_token
+
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    gen = torch.Generator().manual_seed(0)
+    draws = [sample_token(logits, temperature=1.0, top_p=0.7, allowed=None, generator=gen) for _ in range(200)]
+    assert {t for t, _ in draws} == {0, 1}  # the nucleus of mass 0.7 is the top two tokens
+    lp = dict(draws)
+    assert lp[0] == pytest.approx(torch.log(torch.tensor(0.5 / 0.8)).item(), abs=1e-6)
+    allowed = torch.tensor([False, True, True, False])
+    masked = dict(sample_token(logits, temperature=1.0, top_p=1.0, allowed=allowed, generator=gen) for _ in range(100))
+    assert set(masked) == {1, 2} and masked[2] == pytest.approx(torch.log(torch.tensor(0.15 / 0.45)).item(), abs=1e-6)
+    token, greedy_lp = sample_token(logits, temperature=0.0, top_p=1.0, allowed=allowed, generator=gen)
+    assert token == 1 and greedy_lp == pytest.approx(torch.log(torch.tensor(0.3 / 0.45)).item(), abs=1e-6)
