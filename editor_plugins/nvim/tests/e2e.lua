@@ -150,9 +150,16 @@ H.test("setup{} again switches the model; :RecapReject leaves buffer and disk al
 end)
 
 H.test(":RecapCancel stops a running task", function()
+  -- ten 2-second steps (distinct, so the loop guard stays out of it); the agent sees the cancel
+  -- between steps
+  local naps = {}
+  for i = 1, 10 do
+    naps[i] = tool_call("run_command", { command = ("sleep 2 # nap %d"):format(i) })
+  end
+  table.insert(naps, tool_call("finish", { message = "slept" }))
   recap.setup({
     python = python,
-    model = script("slow.json", { tool_call("run_command", { command = "sleep 30" }), tool_call("finish", { message = "slept" }) }),
+    model = script("slow.json", naps),
     sessions_dir = root .. "/sessions",
   })
   local before = recap.state.last_run

@@ -294,7 +294,10 @@ describe("the extension's protocol against the real recap serve", { timeout: TIM
   });
 
   test("cancel stops a running session", async () => {
-    const script = writeScript(root, "slow.json", [toolCall("run_command", { command: "sleep 30" }), toolCall("finish", { message: "slept" })]);
+    // ten 2-second steps (distinct, so the loop guard stays out of it); the agent sees the
+    // cancel between steps
+    const naps = Array.from({ length: 10 }, (_, i) => toolCall("run_command", { command: `sleep 2 # nap ${i}` }));
+    const script = writeScript(root, "slow.json", [...naps, toolCall("finish", { message: "slept" })]);
     await editor.changeSettings({ model: `scripted:${script}` });
     const { session } = await editor.recap.run({ task: "sleep" });
     await waitFor(() => editor.events.some((e) => e.session === session && e.type === "policy_turn"), "the first turn");

@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 
 import { needsRestart, PYTHON_ENTRY, readSettings, serverCommand, serverOptions } from "../src/settings";
@@ -58,4 +60,16 @@ test("only a new command line needs a restart", () => {
   const base = readSettings(from({}));
   assert.equal(needsRestart(base, readSettings(from({ model: "hf:/m" }))), false);
   assert.equal(needsRestart(base, readSettings(from({ pythonPath: "/py" }))), true);
+});
+
+test("every setting read is declared in package.json", () => {
+  const manifest = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8"));
+  const declared = Object.keys(manifest.contributes.configuration.properties).map((key) => key.replace(/^recap\./, ""));
+  const read: string[] = [];
+  readSettings((key) => {
+    read.push(key);
+    return undefined;
+  });
+  assert.deepEqual(read.filter((key) => !declared.includes(key)), []);
+  assert.ok(read.length >= 10, read.join());
 });
