@@ -27,20 +27,17 @@ OBSERVATION_HEAD_CHARS = 2000
 
 _VERBS = {
     "read_file": "reading",
-    "view_file": "reading",
-    "write_file": "editing",
-    "edit_file": "editing",
-    "replace": "editing",
-    "str_replace": "editing",
-    "insert": "editing",
-    "create_file": "creating",
-    "delete_file": "deleting",
     "list_dir": "listing",
-    "search": "searching",
+    "glob": "finding",
     "grep": "searching",
+    "outline": "outlining",
+    "edit_file": "editing",
+    "write_file": "editing",
+    "delete_file": "deleting",
     "run_command": "running",
     "finish": "finishing",
 }
+"""Progress verbs of the default tools (`harness.tools.default_registry`); others show their name."""
 
 
 @dataclass

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +43,22 @@ COMMANDS = ("recap.run", "recap.cancel", "recap.accept", "recap.reject", "recap.
 EVENT_NOTIFICATION = "recap/event"
 CANCEL_WAIT_S = 10.0
 """How long `recap.cancel` waits for the run to stop before answering."""
+CONFIGURATION_WAIT_S = 5.0
+"""How long a run waits for the client's first `workspace/configuration` answer."""
+
+
+EXECUTE_PARAMS: ContextVar[types.ExecuteCommandParams | None] = ContextVar("recap_execute_params", default=None)
+"""The `workspace/executeCommand` params of the request being handled. pygls handles each message in
+its own context and an async handler's task copies it, so each command sees its own request."""
 
 
 class RecapProtocol(LanguageServerProtocol):
-    """Keeps the `workspace/executeCommand` params of the request being handled, so that
-    `recap.run` can use the client's `workDoneToken` (pygls passes only the arguments)."""
-
-    execute_params: types.ExecuteCommandParams | None = None
+    """Sets `EXECUTE_PARAMS`, so that `recap.run` can use the client's `workDoneToken` (pygls passes
+    a command handler only the arguments)."""
 
     @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
     def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):
-        self.execute_params = params
+        EXECUTE_PARAMS.set(params)
         return (yield from super().lsp_workspace__execute_command(params))
 
 
@@ -84,6 +90,7 @@ class RecapServer(LanguageServer):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._accepting: set[str] = set()
         self._stopping = False  # after `shutdown`: sessions are cancelled, nothing more is sent
+        self.configured = asyncio.Event()  # set once the first workspace/configuration pull is over
         self._watched: dict[str, tuple[EditorSession, str]] = {}  # uri -> (session, path) awaiting "kept"
 
     # ---- configuration ------------------------------------------------------------------------
@@ -103,16 +110,16 @@ class RecapServer(LanguageServer):
     async def pull_configuration(self) -> None:
         """Read the `recap` section of `workspace/configuration` when the client offers it."""
         caps = self.client_capabilities.workspace
-        if caps is None or not caps.configuration:
-            return
         try:
-            result = await self.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section="recap")]))
+            if caps is not None and caps.configuration:
+                result = await self.workspace_configuration_async(
+                    types.ConfigurationParams(items=[types.ConfigurationItem(section="recap")]))
+                if result:
+                    self.configure(result[0], source="workspace/configuration")
         except JsonRpcException as exc:
             logger.warning("workspace/configuration failed: %s", exc)
-            return
-        if result:
-            self.configure(result[0], source="workspace/configuration")
+        finally:
+            self.configured.set()
 
     # ---- documents ----------------------------------------------------------------------------
 
@@ -419,10 +426,14 @@ def create_server() -> RecapServer:
         return code_actions(params)
 
     @server.command("recap.run")
-    def _run(ls: RecapServer, *args: Any) -> dict[str, Any]:
+    async def _run(ls: RecapServer, *args: Any) -> dict[str, Any]:
         params = arguments(RunParams, args, "recap.run")
-        execute_params = ls.protocol.execute_params  # type: ignore[attr-defined]
+        execute_params = EXECUTE_PARAMS.get()
         token = execute_params.work_done_token if execute_params is not None else None
+        try:  # the settings a run uses may still be on their way from the client
+            await asyncio.wait_for(ls.configured.wait(), CONFIGURATION_WAIT_S)
+        except asyncio.TimeoutError:
+            logger.warning("no workspace/configuration answer after %.0f s; using the settings so far", CONFIGURATION_WAIT_S)
         return {"session": ls.start_run(params, token).id}
 
     @server.command("recap.cancel")

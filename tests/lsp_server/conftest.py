@@ -32,17 +32,22 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest_asyncio.fixture
 async def start_editor(tmp_path: Path) -> AsyncIterator[StartEditor]:
-    """`await start_editor(root, env=None, **initialization_options)`: a real `recap serve` and its editor.
+    """`await start_editor(root, env=None, configuration=None, **initialization_options)`: a real
+    `recap serve` and its editor; `configuration` is what the client answers to
+    `workspace/configuration` for the section `recap`.
 
     `sessionsDir` defaults to `tmp_path/sessions`. Servers are shut down at the end of the test.
     """
     clients: list[LanguageClient] = []
 
     async def start(root: Path, *, capabilities: types.ClientCapabilities = CAPABILITIES,
-                    env: dict[str, str] | None = None, **options: Any) -> Editor:
+                    env: dict[str, str] | None = None, configuration: dict[str, Any] | None = None,
+                    **options: Any) -> Editor:
         client = LanguageClient(protocol_cls=RawCodeActionProtocol)
         register_lsp_features(client)
         editor = Editor(client, root)
+        if configuration is not None:
+            client.set_configuration(configuration, section="recap")
         await client.start_io(RECAP, "serve", env={**os.environ, **(env or {})})
         clients.append(client)
         options.setdefault("sessionsDir", str(tmp_path / "sessions"))

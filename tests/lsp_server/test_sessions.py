@@ -95,20 +95,20 @@ async def test_round_trip_run_progress_events_accept_and_verdicts(start_editor, 
 async def test_the_agent_sees_unsaved_buffers_and_reject_leaves_files_untouched(
     start_editor, repo: Path, tmp_path: Path
 ) -> None:
-    editor = await start_editor(repo, model=script(tmp_path, [
-        call("read_file", path="calc.py"),
-        call("write_file", path="notes.txt", content="rewritten\n"),
-        call("finish", message="done"),
-    ]))
+    turns = [call("read_file", path="calc.py"), call("write_file", path="notes.txt", content="rewritten\n"),
+             call("finish", message="done")]
+    # the model comes from workspace/configuration (over the initialization options)
+    editor = await start_editor(repo, model="embedded", configuration={"model": script(tmp_path, turns)})
     editor.open("calc.py")
     editor.type("calc.py", "UNSAVED = 1\n" + ORIGINAL)
-    session = await editor.run("look", uri=editor.uri("calc.py"))
+    selection = {"start": {"line": 0, "character": 0}, "end": {"line": 2, "character": 0}}
+    session = await editor.run("look", uri=editor.uri("calc.py"), range=selection)
     assert await editor.wait_state(session, "finished", "failed") == "finished"
     (observation, *_) = editor.session_events(session, "observation")
     assert "UNSAVED = 1" in observation["output"]
     start = read_session(tmp_path / "sessions" / f"{session}.jsonl").start
     assert start.buffers == {"calc.py": "UNSAVED = 1\n" + ORIGINAL}
-    assert start.task == "look\n\nContext: the file calc.py."
+    assert start.task == "look\n\nContext: calc.py, lines 1-2:\n```\nUNSAVED = 1\ndef add(a, b):\n```"
 
     result = await editor.command("recap.reject", {"session": session, "reason": "not what I asked"})
     assert result == {"session": session, "state": "rejected"}
