@@ -46,6 +46,7 @@ M.state = {
   current = nil, --- session whose proposal is previewed (default target of Accept/Reject)
   last_run = nil,
   progress = nil, --- last progress message, for the statusline
+  progress_of_token = {}, --- work-done token of a :Recap run -> its progress values
 }
 
 local token_counter = 0
@@ -168,9 +169,12 @@ function M.run(task, first, last)
   end
   token_counter = token_counter + 1
   local token = ("recap-nvim-%d-%d"):format(vim.fn.getpid(), token_counter)
+  -- progress may arrive before the reply that names the session
+  local progress = {}
+  M.state.progress_of_token[token] = progress
   M.execute(M.server_commands.run, argument, function(result)
     local session = M._session(result.session)
-    session.task, session.token = task, token
+    session.task, session.token, session.progress = task, token, progress
     M.state.last_run = result.session
   end, token)
 end
@@ -178,14 +182,6 @@ end
 function M._session(id)
   M.state.sessions[id] = M.state.sessions[id] or { state = "running", progress = {} }
   return M.state.sessions[id]
-end
-
-local function session_of_token(token)
-  for id, session in pairs(M.state.sessions) do
-    if session.token == token then
-      return id, session
-    end
-  end
 end
 
 function M._on_event(event)
@@ -211,9 +207,9 @@ function M._on_progress(args)
   end
   local params = args.data.params
   local value = params.value or {}
-  local _, session = session_of_token(params.token)
-  if session then
-    table.insert(session.progress, value)
+  local progress = M.state.progress_of_token[params.token]
+  if progress then
+    table.insert(progress, value)
   end
   M.state.progress = value.kind ~= "end" and (value.message or value.title) or nil
   vim.cmd.redrawstatus()
