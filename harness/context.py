@@ -31,7 +31,6 @@ from harness.config import ContextConfig, resolve_tokens
 from harness.errors import ConfigError
 from harness.prompts import masked_stub, observation_header, pruned_stub, summary_message, summary_request
 from harness.session import Observation, PolicyTurn, Prune, Summary, UserMessage
-from harness.toolcall import parse_tool_calls
 from harness.tools.base import Tool, ToolResult
 from harness.types import Message, Policy, ToolCall, assistant_message, tool_message
 
@@ -128,10 +127,11 @@ def _render_turn(turn: Sequence[Any], pruned: frozenset[int], masked: bool) -> l
     call_ids: set[str] = set()
     for e in turn:
         if isinstance(e, PolicyTurn):
-            content = parse_tool_calls(e.text, turn=e.turn)[0]
+            # the exact completion text (tool-call markup included for local models), so that a
+            # re-rendered prompt extends the sampled one token for token (KV reuse, training)
             calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in e.tool_calls]
             call_ids = {c.id for c in calls}
-            out.append(assistant_message(content, calls))
+            out.append(assistant_message(e.text, calls))
         elif isinstance(e, UserMessage):
             out.append({"role": "user", "content": e.content})
         elif isinstance(e, Observation):

@@ -1,7 +1,8 @@
 """`ScriptedPolicy`: plays back a fixed list of assistant turns (tests, replay, benchmarks).
 
 Its tokenizer is a deterministic toy: the prompt is rendered as ChatML (tool specs as JSON lines
-in the system block, assistant tool calls as `<tool_call>` markup) and split by a regex into
+in the system block, assistant tool calls as `<tool_call>` markup unless the content already
+carries it, as a local model's completion text does) and split by a regex into
 ChatML markers, words and single punctuation characters. `count_tokens` is exact for it, so
 context tests can be precise, and token ids are stable (CRC32 of the token), so RL code can be
 tested on scripted trajectories.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from harness.errors import PolicyError
-from harness.toolcall import parse_tool_calls, render_tool_call
+from harness.toolcall import OPEN, parse_tool_calls, render_tool_call
 from harness.types import Completion, Message, ToolCall, TurnKind
 
 _TOKEN = re.compile(r"<\|im_start\|>|<\|im_end\|>|\w+|[^\w\s]")
@@ -46,7 +47,7 @@ def render_chatml(messages: Sequence[Message], tools: Sequence[dict[str, Any]] |
     parts: list[str] = []
     for i, message in enumerate(messages):
         content = message.get("content") or ""
-        if message["role"] == "assistant":
+        if message["role"] == "assistant" and OPEN not in content:
             content = "\n".join(x for x in (content, _render_calls(message)) if x)
         if i == 0 and message["role"] == "system" and tools:
             content += "\n# Tools\n" + "\n".join(json.dumps(t, sort_keys=True) for t in tools)
