@@ -258,3 +258,15 @@ def test_no_prompt_ever_exceeds_the_window(ws, turns, strategy, summarize_at, ha
         assert "script exhausted" in result.message
     summaries = [e for e in result.events if isinstance(e, Summary)]
     assert len(summaries) <= max_summaries
+
+
+def test_between_summaries_each_prompt_extends_the_last_prompt_and_completion(ws):
+    """What KV-cache reuse relies on: the context is append-only until a summary or a prune."""
+    small = [call("emit", size=5, word=f"v{i}") for i in range(3)]
+    result, policy, _ = run(ws, emits(3) + ["S"] + small + [call("finish", message="done")], summarize_at=prompt_before_turn(ws, 3) - 1, keep_recent=1)
+    turns = [e for e in result.events if isinstance(e, PolicyTurn)]
+    assert [t.kind for t in turns] == ["action"] * 3 + ["summary"] + ["action"] * 4
+    for before, after in zip(turns, turns[1:]):
+        seen = before.prompt_ids + before.completion_ids
+        extends = after.prompt_ids[: len(seen)] == seen
+        assert extends == (before.kind == after.kind == "action" and before.segment == after.segment), (before.turn, after.turn)
