@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import socket
+import subprocess
 from pathlib import Path
 
 from lsprotocol import types
+from lsp_helpers import RECAP
 
 from lsp_server import COMMANDS
 
@@ -86,3 +91,50 @@ async def test_code_actions_offer_recap_run_for_diagnostics_and_selections(start
         context=types.CodeActionContext(diagnostics=[]),
     )
     assert await editor.client.protocol.send_request_async(types.TEXT_DOCUMENT_CODE_ACTION, empty) in (None, [])
+
+
+async def _rpc(reader, writer, message: dict) -> dict | None:
+    body = json.dumps(message).encode()
+    writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    if "id" not in message:
+        return None
+    while True:
+        headers = await reader.readuntil(b"\r\n\r\n")
+        length = int(headers.split(b"Content-Length:")[1].split(b"\r\n")[0])
+        reply = json.loads(await reader.readexactly(length))
+        if reply.get("id") == message["id"]:
+            return reply
+
+
+async def test_serve_over_tcp_for_debugging(repo: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(RECAP, "serve", "--tcp", f"127.0.0.1:{port}")
+    try:
+        for _ in range(200):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        init = await _rpc(reader, writer, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                           "params": {"capabilities": {}, "rootUri": repo.as_uri()}})
+        assert sorted(init["result"]["capabilities"]["executeCommandProvider"]["commands"]) == sorted(COMMANDS)
+        await _rpc(reader, writer, {"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        status = await _rpc(reader, writer, {"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand",
+                                             "params": {"command": "recap.status", "arguments": [{}]}})
+        assert status["result"] == {"sessions": []}
+        await _rpc(reader, writer, {"jsonrpc": "2.0", "id": 3, "method": "shutdown"})
+        await _rpc(reader, writer, {"jsonrpc": "2.0", "method": "exit"})
+        writer.close()
+    finally:
+        if server.returncode is None:
+            server.terminate()
+        await server.wait()
+
+
+def test_serve_refuses_a_malformed_tcp_address() -> None:
+    done = subprocess.run([RECAP, "serve", "--tcp", "localhost"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "expected HOST:PORT" in done.stderr

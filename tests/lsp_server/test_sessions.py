@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from lsprotocol import types
 
 from harness.session import Final, SessionStart, Verdict, read_session
@@ -233,3 +234,22 @@ async def test_a_failing_policy_fails_the_session_and_the_server_keeps_serving(s
     session = await editor.run("fix add")
     assert await editor.wait_state(session, "finished", "failed") == "failed"  # the old (missing) script still
     assert any("bad workspace/didChangeConfiguration" in m.message for m in editor.client.messages)
+
+
+@pytest.mark.docker
+async def test_a_session_on_the_docker_backend(start_editor, repo: Path, tmp_path: Path) -> None:
+    editor = await start_editor(repo, backend="docker", model=script(tmp_path, [
+        call("run_command", command="cat /etc/os-release; cat calc.py"),
+        call("edit_file", path="calc.py", old_string="return a - b", new_string="return a + b"),
+        call("finish", message="fixed in a container"),
+    ]))
+    editor.open("calc.py")
+    editor.type("calc.py", "# typed\n" + ORIGINAL)
+    session = await editor.run("fix add")
+    assert await editor.wait_state(session, "finished", "failed", timeout_s=120) == "finished"
+    (observation, *_) = editor.session_events(session, "observation")
+    assert "debian" in observation["output"].lower() and "# typed" in observation["output"]
+    assert "docker" in read_session(tmp_path / "sessions" / f"{session}.jsonl").start.sandbox
+    result = await editor.command("recap.accept", {"session": session})
+    assert result["applied"] is True
+    assert editor.text("calc.py") == "# typed\n" + FIXED
