@@ -9,27 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lsprotocol import types
+
+from lsp_helpers import apply_text_edits as apply
 
 from lsp_server.adapters import newest_adapter
 from lsp_server.merge import merge3, split_lines, text_edits
 from lsp_server.proposal import build_proposal, parse_git_diff, unapply
-
-
-def apply(text: str, edits: list[types.TextEdit]) -> str:
-    """What an LSP client does with non-overlapping edits (UTF-16 positions)."""
-    lines = split_lines(text)
-
-    def offset(pos: types.Position) -> int:
-        if pos.line >= len(lines):
-            return len(text)
-        units = lines[pos.line].encode("utf-16-le")[: pos.character * 2].decode("utf-16-le")
-        return sum(len(line) for line in lines[: pos.line]) + len(units)
-
-    out = text
-    for edit in sorted(edits, key=lambda e: (e.range.start.line, e.range.start.character), reverse=True):
-        out = out[: offset(edit.range.start)] + edit.new_text + out[offset(edit.range.end):]
-    return out
 
 
 class DirWorkspace:

@@ -253,3 +253,23 @@ async def test_a_session_on_the_docker_backend(start_editor, repo: Path, tmp_pat
     result = await editor.command("recap.accept", {"session": session})
     assert result["applied"] is True
     assert editor.text("calc.py") == "# typed\n" + FIXED
+
+
+async def test_a_self_summary_shows_in_progress_events_and_status(start_editor, repo: Path, tmp_path: Path) -> None:
+    (repo / "big.txt").write_text(" ".join(f"word{i}" for i in range(600)))
+    turns = [call("read_file", path="big.txt"), "Goal: read big.txt. Files: big.txt (600 words).", call("finish", message="read")]
+    editor = await start_editor(repo, model=script(tmp_path, turns), summarizeAt=2500, hardLimit=4000)
+    session = await editor.run("read big.txt")
+    assert await editor.wait_state(session, "finished", "failed") == "finished"
+    (summary,) = editor.session_events(session, "summary")
+    assert summary["text"] == "Goal: read big.txt. Files: big.txt (600 words)."
+    assert summary["tokens_before"] > 2500 > summary["tokens_after"]
+    reports = [r.message for r in editor.client.progress_reports[f"recap-{session}"][1:-1]]
+    kilo = lambda n: f"{n / 1000:.1f}".removesuffix(".0") + "k"  # noqa: E731
+    assert reports == ["step 1: reading big.txt",
+                       f"summarized {kilo(summary['tokens_before'])} -> {kilo(summary['tokens_after'])} tokens",
+                       "step 2: finishing"]
+    status = await editor.command("recap.status", {"session": session})
+    assert (status["step"], status["summaries"]) == (2, 1)
+    start = read_session(tmp_path / "sessions" / f"{session}.jsonl").start
+    assert (start.config["context"]["summarize_at"], start.config["context"]["hard_limit"]) == (2500, 4000)
