@@ -21,6 +21,7 @@ OpenHands / Lindenbauer et al. 2025 ("The Complexity Trap").
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -174,6 +175,7 @@ class ContextManager:
         self.hard_limit_tokens = min(resolve_tokens(config.hard_limit, window), self.limit_tokens)
         self.normal = tuple(s for s in tool_specs if s["function"]["name"] != "prune")
         self.restricted = tuple(s for s in tool_specs if s["function"]["name"] in RESTRICTED_TOOLS)
+        self._counts: dict[str, int] = {}
 
     # -- rendering and counting ------------------------------------------------------------------
 
@@ -187,7 +189,14 @@ class ContextManager:
         return msgs
 
     def _count(self, messages: Sequence[Message], specs: Sequence[dict[str, Any]]) -> int:
-        return self.policy.count_tokens(messages, list(specs) or None)
+        """Exact prompt tokens, memoized: one step asks for the same prompt several times, and a
+        count (chat template + tokenizer) costs tens of milliseconds on long prompts."""
+        key = json.dumps([messages, specs], sort_keys=True, default=str)
+        if key not in self._counts:
+            if len(self._counts) >= 256:
+                self._counts.pop(next(iter(self._counts)))
+            self._counts[key] = self.policy.count_tokens(messages, list(specs) or None)
+        return self._counts[key]
 
     def _fit(self, st: _State, budget: int, *, masked: int, specs: Sequence[dict[str, Any]], extra: Sequence[Message] = ()) -> tuple[int, list[Message], int] | None:
         """Fewest oldest turns to drop so the prompt is <= budget (binary search: dropping is monotone)."""
@@ -240,7 +249,10 @@ class ContextManager:
             fitted = self._fit(st, self.limit_tokens, masked=masked, specs=specs)
             drop, msgs, tokens = fitted or (drop, msgs, tokens)
         if tokens > self.limit_tokens:
+            logger.info("no prompt fits: %d tokens > limit %d even without turns", tokens, self.limit_tokens)
             return None
+        if drop:
+            logger.debug("dropped the %d oldest turns to fit (%d tokens)", drop, tokens)
         offered = tuple(s["function"]["name"] for s in specs)
         return ContextView(tuple(msgs), tuple(specs), offered, tokens, dropped_turns=drop, masked_turns=masked)
 
