@@ -25,7 +25,13 @@ bin=$(dirname "$(command -v "$RECAP_PYTHON")")
 vscode() {
   echo "== VS Code extension (editor_plugins/vscode)"
   cd "$here/vscode"
-  npm ci --no-audit --no-fund
+  # npm ci from the committed lock file (skipped when node_modules was installed from this very lock)
+  local stamp=node_modules/.recap-lock.sha256 lock
+  lock=$(sha256sum package-lock.json | cut -d" " -f1)
+  if [[ "$(cat "$stamp" 2>/dev/null)" != "$lock" ]]; then
+    npm ci --prefer-offline --no-audit --no-fund
+    echo "$lock" > "$stamp"
+  fi
   npm run typecheck              # tsc --noEmit over src/ and test/
   npm run build                  # esbuild bundle -> dist/extension.js
   npm run package                # vsce -> dist/recap.vsix

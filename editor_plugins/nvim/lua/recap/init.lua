@@ -228,50 +228,40 @@ function M.preview(session)
   end)
 end
 
-local function target(session)
-  local id = session ~= "" and session or M.state.current
+--- Send a verdict command (recap.accept / recap.reject) for `session` (default: the previewed one),
+--- then `after(id, result)`.
+local function decide(command, session, after)
+  local id = (session and session ~= "") and session or M.state.current
   if not id then
     vim.notify("recap: no proposal to act on", vim.log.levels.WARN)
-  end
-  return id
-end
-
-function M.accept(session, on_done)
-  local id = target(session)
-  if not id then
     return
   end
-  -- The server answers with workspace/applyEdit, which Neovim's handler applies to the buffers.
-  M.execute(M.server_commands.accept, { session = id }, function(result)
+  M.execute(command, { session = id }, function(result)
     M._session(id).state = result.state
+    after(id, result)
+  end)
+end
+
+function M.accept(session)
+  -- The server answers with workspace/applyEdit, which Neovim's handler applies to the buffers.
+  decide(M.server_commands.accept, session, function(id, result)
     if result.applied then
       ui.close_proposal(id)
       vim.notify("recap: applied " .. table.concat(result.files or {}, ", "))
     else
       vim.notify("recap: the change was not applied: " .. (result.message or "refused"), vim.log.levels.WARN)
     end
-    if on_done then
-      on_done(result)
-    end
   end)
 end
 
-function M.reject(session, on_done)
-  local id = target(session)
-  if not id then
-    return
-  end
-  M.execute(M.server_commands.reject, { session = id }, function(result)
-    M._session(id).state = result.state
+function M.reject(session)
+  decide(M.server_commands.reject, session, function(id)
     ui.close_proposal(id)
-    if on_done then
-      on_done(result)
-    end
   end)
 end
 
 function M.cancel(session)
-  local id = session ~= "" and session or nil
+  local id = (session and session ~= "") and session or nil
   if not id then
     for sid, s in pairs(M.state.sessions) do
       if s.state == "running" then
