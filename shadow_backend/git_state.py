@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from io import BytesIO
@@ -133,7 +135,7 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
         top = Path(repo.working_tree_dir)
         listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
                               env=_READ_ONLY_ENV, stdout_as_string=False)
-        files = [p for p in dict.fromkeys(_split_z(listed)) if _is_copyable(top / p)]
+        files = _existing_files(top, dict.fromkeys(_split_z(listed)))
         try:
             head = repo.head.commit.hexsha
         except ValueError:  # unborn branch: no commit yet
@@ -147,9 +149,26 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
     return UserView(top, head, tuple(entries), tuple(files), exclude, is_git=True)
 
 
-def _is_copyable(path: Path) -> bool:
-    """A file or a symlink (submodule and nested-repository directories are left out)."""
-    return path.is_symlink() or path.is_file()
+def _fast_import_path(path: str) -> bytes:
+    """A path as `git fast-import` reads it: C-quoted when it starts with '"' or holds a newline."""
+    raw = path.encode("utf-8", "surrogateescape")
+    if not raw.startswith(b'"') and b"\n" not in raw:
+        return raw
+    return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
+
+
+def _existing_files(root: Path, paths: Iterable[str]) -> list[str]:
+    """The `paths` that are files or symlinks under `root` (deleted paths, submodule and
+    nested-repository directories are left out); one `lstat` each."""
+    out = []
+    for rel in paths:
+        try:
+            mode = os.lstat(os.path.join(root, rel)).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISDIR(mode):
+            out.append(rel)
+    return out
 
 
 def _walk_plain(directory: Path) -> Iterable[str]:
@@ -248,15 +267,51 @@ class ShadowRepo:
         except git.GitCommandError as exc:
             raise WorkspaceError(f"git {args[0]} failed in the workspace: {exc.stderr.strip()}") from exc
 
-    def snapshot(self, *, force: bool, paths: Iterable[str] = (), index: Path | None = None) -> str:
-        """Stage the working tree (all of it, or only `paths`) into `index` and return its tree id.
+    def import_worktree(self, *, force: bool) -> str:
+        """Put every file of the working tree into the (still empty) repository and the main index
+        and return the tree id. `force` takes ignored files too.
 
-        `force` stages ignored files too (used for files the user sees although ignored).
+        Blobs go through one `git fast-import` stream into a single pack, which costs far fewer
+        file-system operations than `git add` writing one loose object per file.
         """
+        listing = ["ls-files", "-z", "--others"] + ([] if force else ["--exclude-standard"])
+        paths = sorted(_existing_files(self.root, _split_z(self._git(*listing))))
+        ref = "refs/recap/import"
+        proc = self._repo.git.execute(["git", "fast-import", "--quiet", "--done"], istream=subprocess.PIPE,
+                                      as_process=True)
+        try:
+            write = proc.proc.stdin.write
+            write(b"commit %s\ncommitter recap <recap@localhost> 0 +0000\ndata 0\n" % ref.encode())
+            for rel in paths:
+                full = os.path.join(self.root, rel)
+                info = os.lstat(full)
+                if stat.S_ISLNK(info.st_mode):
+                    mode, data = b"120000", os.fsencode(os.readlink(full))
+                else:
+                    mode = b"100755" if info.st_mode & 0o100 else b"100644"
+                    with open(full, "rb") as handle:
+                        data = handle.read()
+                write(b"M %s inline %s\ndata %d\n" % (mode, _fast_import_path(rel), len(data)))
+                write(data)
+                write(b"\n")
+            write(b"\ndone\n")
+            proc.proc.stdin.close()
+            proc.wait()
+        except (git.GitCommandError, OSError) as exc:
+            raise WorkspaceError(f"git fast-import failed in the workspace: {exc}") from exc
+        tree = self._git("rev-parse", f"{ref}^{{tree}}").decode().strip()
+        self._git("update-ref", "-d", ref)
+        self._git("read-tree", tree)
+        self._git("update-index", "-q", "--refresh")  # stat data, so later `add -A` hashes only changes
+        return tree
+
+    def snapshot(self, *, force: bool, paths: Iterable[str] = ()) -> str:
+        """Stage the working tree (all of it, or only `paths`) into the main index and return its
+        tree id. `force` stages ignored files too (files the user sees although ignored)."""
         paths = list(paths)
         args = ["add", "--force"] if force else ["add"]
-        self._git(*args, *(["--", *paths] if paths else ["-A"]), index=index)
-        return self._git("write-tree", index=index).decode().strip()
+        self._git(*args, *(["--", *paths] if paths else ["-A"]))
+        return self._git("write-tree").decode().strip()
 
     def tree_from_entries(self, entries: Iterable[TreeEntry]) -> str:
         """Build a tree from blob entries (the blobs must be in this repository)."""
@@ -267,8 +322,11 @@ class ShadowRepo:
             return self._git("write-tree", index=index).decode().strip()
 
     def missing_blobs(self, shas: Iterable[str]) -> list[str]:
-        odb = self._repo.odb
-        return [sha for sha in set(shas) if not odb.has_object(bytes.fromhex(sha))]
+        wanted = sorted(set(shas))
+        if not wanted:
+            return []
+        out = self._git("cat-file", "--batch-check", stdin=("\n".join(wanted) + "\n").encode()).decode()
+        return [line.split()[0] for line in out.splitlines() if line.endswith(" missing")]
 
     def store_blobs(self, blobs: dict[str, bytes]) -> None:
         for sha, data in blobs.items():
@@ -310,4 +368,4 @@ class ShadowRepo:
         """Existing files under `path` (tracked in the private index, or untracked not ignored)."""
         out = self._git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path,
                         index=self.private_index)
-        return sorted(p for p in dict.fromkeys(_split_z(out)) if _is_copyable(self.root / p))
+        return sorted(_existing_files(self.root, dict.fromkeys(_split_z(out))))

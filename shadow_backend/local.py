@@ -379,7 +379,7 @@ class LocalBackend:
             git_state.copy_files(view.toplevel, build.root, view.files)
             shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index",
                                                exclude=view.exclude)
-            user_tree = shadow.snapshot(force=view.is_git)
+            user_tree = shadow.import_worktree(force=view.is_git)
             missing = shadow.missing_blobs(e.sha for e in view.head_entries)
             if missing:  # HEAD versions of files the user changed or deleted
                 shadow.store_blobs(git_state.read_blobs(view.toplevel, missing))
@@ -401,7 +401,7 @@ class LocalBackend:
             if origin.base_commit is not None:
                 base_entries = git_state.checkout_commit(origin.repo, origin.base_commit, build.root)
             shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index")
-            shadow.snapshot(force=True)
+            shadow.import_worktree(force=True)
             shadow.apply(origin.base_diff)
             user_tree = shadow.snapshot(force=True)
             return build.finish(shadow, base_entries, user_tree, origin, network=network, config=config)
