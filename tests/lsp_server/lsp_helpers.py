@@ -22,7 +22,7 @@ from pytest_lsp import LanguageClient, LanguageClientProtocol
 
 from lsp_server.merge import split_lines
 
-RECAP = "/tmp/devbin/recap"  # DEV-ONLY
+RECAP = str(Path(sys.executable).with_name("recap"))
 
 
 class RawCodeActionProtocol(LanguageClientProtocol):
