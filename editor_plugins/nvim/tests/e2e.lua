@@ -149,6 +149,26 @@ H.test("setup{} again switches the model; :RecapReject leaves buffer and disk al
   H.eq(ui.previews[id], nil, "preview closed")
 end)
 
+H.test(":RecapAccept of a new file opens it with the proposed text", function()
+  local id = run_to_finish("Recap write notes")
+  H.wait(TIMEOUT_MS, function()
+    return ui.previews[id] ~= nil
+  end, "the diff preview", log)
+  vim.cmd("RecapAccept")
+  H.wait(TIMEOUT_MS, function()
+    return session_state(id) == "accepted" and ui.previews[id] == nil
+  end, "the accept", log)
+  local notes = vim.fn.bufnr(ws .. "/NOTES.md")
+  H.ok(notes > 0, "no buffer for NOTES.md")
+  H.eq(vim.api.nvim_buf_get_lines(notes, 0, -1, false), { "notes" }, "new file's buffer")
+  vim.api.nvim_buf_call(notes, function()
+    vim.cmd("silent write")
+  end)
+  local file = assert(io.open(ws .. "/NOTES.md", "rb"))
+  H.eq(file:read("*a"), "notes\n", "saved new file")
+  file:close()
+end)
+
 H.test(":RecapCancel stops a running task", function()
   -- ten 2-second steps (distinct, so the loop guard stays out of it); the agent sees the cancel
   -- between steps

@@ -9,16 +9,17 @@
  */
 import assert from "node:assert/strict";
 import { ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { TextDocument } from "vscode-languageserver-textdocument";
 import {
   ApplyWorkspaceEditParams,
   ConfigurationParams,
+  CreateFile,
   createProtocolConnection,
   InitializeResult,
   ProtocolConnection,
@@ -91,13 +92,22 @@ class FakeEditor {
     connection.onNotification("window/showMessage", () => {});
   }
 
-  /** Apply a WorkspaceEdit as VS Code does: versioned edits must match the open document. */
+  /** Apply a WorkspaceEdit as VS Code does: versioned edits must match the open document, closed
+   * files (`version: null`) are read from disk, created files start empty. Documents stay in memory. */
   applyEdit(params: ApplyWorkspaceEditParams): { applied: boolean; failureReason?: string } {
     this.applied.push(params);
     for (const change of params.edit.documentChanges ?? []) {
+      if (CreateFile.is(change)) {
+        if (this.documents.has(change.uri) || existsSync(fileURLToPath(change.uri))) {
+          return { applied: false, failureReason: `exists: ${change.uri}` };
+        }
+        this.documents.set(change.uri, TextDocument.create(change.uri, "plaintext", 0, ""));
+        continue;
+      }
       if (!TextDocumentEdit.is(change)) return { applied: false, failureReason: `unexpected ${JSON.stringify(change)}` };
-      const doc = this.documents.get(change.textDocument.uri);
-      if (!doc) return { applied: false, failureReason: `not open: ${change.textDocument.uri}` };
+      const uri = change.textDocument.uri;
+      const doc = this.documents.get(uri) ?? (change.textDocument.version === null ? this.fromDisk(uri) : undefined);
+      if (!doc) return { applied: false, failureReason: `not open: ${uri}` };
       if (change.textDocument.version !== null && change.textDocument.version !== doc.version) {
         return { applied: false, failureReason: `version ${change.textDocument.version} != ${doc.version}` };
       }
@@ -109,6 +119,11 @@ class FakeEditor {
       this.documents.set(doc.uri, TextDocument.create(doc.uri, doc.languageId, doc.version + 1, text));
     }
     return { applied: true };
+  }
+
+  private fromDisk(uri: string): TextDocument | undefined {
+    const path = fileURLToPath(uri);
+    return existsSync(path) ? TextDocument.create(uri, "plaintext", 0, readFileSync(path, "utf8")) : undefined;
   }
 
   async open(uri: string, text: string): Promise<void> {
@@ -277,7 +292,7 @@ describe("the extension's protocol against the real recap serve", { timeout: TIM
     assert.ok(sessions.some((s) => s.session === session && s.state === "rejected"), JSON.stringify(sessions));
   });
 
-  test("a settings change reaches the server (didChangeConfiguration) and the next run uses it", async () => {
+  test("a settings change reaches the server (didChangeConfiguration); accepting creates the new file", async () => {
     const script = writeScript(root, "note.json", [
       toolCall("write_file", { path: "NOTES.md", content: "configured\n" }),
       toolCall("finish", { message: "wrote notes" }),
@@ -290,7 +305,9 @@ describe("the extension's protocol against the real recap serve", { timeout: TIM
       proposal.files.map((f) => [f.path, f.status, f.proposed]),
       [["NOTES.md", "added", "configured\n"]],
     );
-    await editor.recap.reject(session);
+    const result = await editor.recap.accept(session);
+    assert.equal(result.applied, true, JSON.stringify(result));
+    assert.equal(editor.text(pathToFileURL(join(workspace, "NOTES.md")).toString()), "configured\n");
   });
 
   test("cancel stops a running session", async () => {

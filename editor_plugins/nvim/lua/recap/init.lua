@@ -104,6 +104,13 @@ local function client_config(opts)
       ["recap/event"] = function(_, event)
         M._on_event(event)
       end,
+      ["workspace/applyEdit"] = function(err, params, ctx)
+        local result = vim.lsp.handlers["workspace/applyEdit"](err, params, ctx)
+        if result and result.applied then
+          ui.trim_created(params.edit)
+        end
+        return result
+      end,
     },
   }
 end

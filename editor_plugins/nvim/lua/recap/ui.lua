@@ -114,6 +114,24 @@ local function scratch(name, text, filetype)
   return buf
 end
 
+--- After a workspace edit: a file it created started as a buffer of one empty line, so the
+--- inserted text "a\n" left the lines {"a", ""}, which 'eol' would write as "a\n\n". Drop that
+--- trailing empty line so the buffer holds exactly the proposed text.
+function M.trim_created(edit)
+  for _, change in ipairs(edit.documentChanges or {}) do
+    if change.kind == "create" then
+      local buf = vim.fn.bufnr(vim.uri_to_fname(change.uri))
+      if buf > 0 and vim.api.nvim_buf_line_count(buf) > 1 then
+        local last = vim.api.nvim_buf_get_lines(buf, -2, -1, false)[1]
+        if last == "" then
+          vim.api.nvim_buf_set_lines(buf, -2, -1, false, {})
+          vim.bo[buf].eol = true
+        end
+      end
+    end
+  end
+end
+
 --- :RecapLog: the event log in a split, kept up to date while it is open.
 function M.open_log()
   local buf = vim.fn.bufnr(LOG_NAME)
