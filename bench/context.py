@@ -8,7 +8,7 @@ is left out of the cost), so the numbers compare only what context management ch
 much of each prompt must run through the model. With strategy "none" the episode stops when the
 prompt no longer fits (context_exhausted).
 
-    python -m bench.context --model tiny --turns 40 --window 4096   (from the repository root:
+    python -m bench.context --model tiny --turns 60 --window 8192   (from the repository root:
     `python bench/context.py` would import bench/harness.py as `harness`)
 """
 
@@ -70,9 +70,10 @@ def make_repo(root: Path, *, files: int, lines: int) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", choices=["tiny", "embedded"])
-    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--lines", type=int, default=12)
-    parser.add_argument("--window", type=int, default=4096)
+    parser.add_argument("--window", type=int, default=8192)
+    parser.add_argument("--summarize-at", type=float, default=0.7, help="fraction of the window or tokens")
     parser.add_argument("--strategies", default="none,drop_oldest,mask,summary")
     args = parser.parse_args()
 
@@ -80,16 +81,17 @@ def main() -> None:
     from harness.policies.transformers_policy import TransformersPolicy, TransformersPolicyConfig
     from shadow_backend.local import LocalBackend
 
-    model, tokenizer = loading.build_tiny() if args.model == "tiny" else loading.load_embedded()
+    model, tokenizer = loading.build_tiny(max_position_embeddings=max(4096, args.window)) if args.model == "tiny" else loading.load_embedded()
     actions = [render_tool_call("read_file", {"path": f"data/f{i}.txt"}) for i in range(args.turns)]
     actions.append(render_tool_call("finish", {"message": "read every file"}))
     config = RecapConfig(
         agent=AgentConfig(max_steps=args.turns + 1, max_new_tokens=64, summary_max_new_tokens=64, loop_guard_repeats=5),
-        context=ContextConfig(summarize_at=0.6, hard_limit=0.95, keep_recent=2, max_summaries=1000),
+        context=ContextConfig(summarize_at=args.summarize_at, hard_limit=max(0.95, args.summarize_at), keep_recent=2, max_summaries=1000),
     )
     with tempfile.TemporaryDirectory() as tmp:
         repo = make_repo(Path(tmp) / "repo", files=args.turns, lines=args.lines)
-        print(f"model={args.model} window={args.window} turns={args.turns} (read_file of {args.lines} lines each)")
+        print(f"model={args.model} window={args.window} summarize_at={args.summarize_at} turns={args.turns} "
+              f"(read_file of {args.lines} lines each; default tools, whose specs take ~1.5k tokens)")
         print(f"{'strategy':<12} {'kv':<4} {'steps':>5} {'stop':<18} {'summ':>4} {'prompt tok':>10} {'encoded tok':>11} {'wall s':>7}")
         for strategy in args.strategies.split(","):
             for reuse in (False, True):
