@@ -284,17 +284,19 @@ class LocalWorkspace:
 
         Raises: `ValueError` for n < 1; `WorkspaceError` when copying fails (nothing is leaked).
         """
+        from shadow_backend import fork as fork_copy
+
         if n < 1:
             raise ValueError(f"fork needs n >= 1, got {n}")
         forks: list[LocalWorkspace] = []
         try:
             for _ in range(n):
                 tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=self._tmp.parent))
-                copy = subprocess.run(["cp", "-a", "--reflink=auto", str(self._root), str(tmp / self._root.name)],
-                                      capture_output=True, text=True)
-                if copy.returncode != 0:
+                try:  # reflinks where the file system has them, else hard-linked git objects + cp
+                    fork_copy.copy_tree(self._root, tmp / self._root.name)
+                except WorkspaceError:
                     _force_rmtree(tmp)
-                    raise WorkspaceError(f"fork: cp failed: {copy.stderr.strip()}")
+                    raise
                 shutil.copy2(self._tmp / "shadow.index", tmp / "shadow.index")
                 forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
                                             start_commit=self.start_commit, network=self.network,
