@@ -109,6 +109,7 @@ class OpenAIPolicy:
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=config.timeout_s,
                                     max_retries=config.max_retries)
         self._chat = None
+        self._turns = 0  # numbers call ids: unique over the policy's life, even after a summary
         if config.tokenizer_path:
             from harness.policies.chat_format import ChatFormat
             from harness.policies.loading import load_tokenizer
@@ -163,7 +164,7 @@ class OpenAIPolicy:
             raise PolicyError(f"{self.base_url}: the server returned no choices")
         choice = response.choices[0]
         text = choice.message.content or ""
-        turn = sum(1 for m in messages if m.get("role") == "assistant")
+        turn, self._turns = self._turns, self._turns + 1
         calls: list[ToolCall] = []
         errors: list[str] = []
         if kind == "action":

@@ -125,6 +125,7 @@ class TransformersPolicy:
         self._grammar: Any = None
         self._cache = PrefixCache()
         self._base_model: Any = None
+        self._turns = 0  # numbers call ids: unique over the policy's life, even after a summary
 
     # --- model and adapters -------------------------------------------------------------------
     @property
@@ -219,7 +220,7 @@ class TransformersPolicy:
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         calls, errors = (), ()
         if kind == "action":
-            turn = sum(1 for m in messages if m.get("role") == "assistant")
+            turn, self._turns = self._turns, self._turns + 1
             _, parsed, problems = parse_tool_calls(text, turn=turn)
             calls, errors = tuple(parsed), tuple(problems)
             if masker is not None and finish == "length" and not calls:
