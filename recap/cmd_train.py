@@ -25,7 +25,7 @@ def train(
     temperature: float = typer.Option(1.0, "--temperature", help="Rollout sampling temperature."),
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
-    context_window: Optional[int] = typer.Option(2048, "--context-window", help="Cap on the policy's window (tokens)."),
+    context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
     micro_batch: int = typer.Option(4, "--micro-batch", help="Policy turns per forward/backward (gradient accumulation)."),
     checkpoint_every: int = typer.Option(1, "--checkpoint-every", help="Checkpoint every K steps."),
     overlong: str = typer.Option("mask", "--overlong", help="Episodes hitting the step/context limit: mask, penalize or ignore."),
@@ -72,7 +72,7 @@ def eval_(
     seed: int = typer.Option(1234, "--seed", help="Sampling seed (the same for base and adapter)."),
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
-    context_window: Optional[int] = typer.Option(2048, "--context-window", help="Cap on the policy's window (tokens)."),
+    context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write eval.json and the rollout sessions here."),
 ) -> None:
     """Score a policy on held-out sessions: pass rate and mean reward with 95% intervals."""

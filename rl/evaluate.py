@@ -70,7 +70,7 @@ class EvalConfig:
     seed: int = 1234
     max_episode_steps: int = 6
     max_new_tokens: int = 96
-    max_context_tokens: int | None = 2048
+    max_context_tokens: int | None = None
     verify_timeout_s: float = 120.0
     constrain: bool | None = None
     rewards: RewardConfig = field(default_factory=RewardConfig)

@@ -63,7 +63,8 @@ class TrainConfig:
         constrain: grammar-constrained tool calls (None: the model's default, on for "embedded").
         max_episode_steps: agent action turns per rollout.
         max_new_tokens: completion budget per action turn (tokens).
-        max_context_tokens: the policy's context window cap (small windows force self-summaries).
+        max_context_tokens: cap on the policy's context window (None: the model's own). The tool
+            specs alone take ~1,800 tokens; a small cap forces self-summaries and the hard limit.
         verify_timeout_s: timeout of each verify command (seconds).
         checkpoint_every: write a checkpoint every K steps (and at the end).
         seed: seeds the data order, the sampling seeds of rollouts and the torch/python RNGs.
@@ -98,7 +99,7 @@ class TrainConfig:
     constrain: bool | None = None
     max_episode_steps: int = 6
     max_new_tokens: int = 96
-    max_context_tokens: int | None = 2048
+    max_context_tokens: int | None = None
     verify_timeout_s: float = 120.0
     checkpoint_every: int = 1
     seed: int = 0
@@ -194,20 +195,23 @@ def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dic
 
     device = next(policy.model.parameters()).device
     ids = batch.input_ids.to(device)
+    # only the positions that predict sampled tokens need logits: from the shortest prompt's last
+    # token on (a (B, K, V) tensor instead of (B, T, V); V is ~49k for SmolLM2)
+    first = int(batch.prompt_lengths.min()) - 1
+    keep = torch.arange(first, ids.shape[1] - 1, device=device)
     with autocast(str(device)):
-        logits = policy.model(input_ids=ids, attention_mask=batch.attention_mask.to(device)).logits
-    logits = logits.float() / temperature
+        logits = policy.model(input_ids=ids, attention_mask=batch.attention_mask.to(device), logits_to_keep=keep).logits
+    logits = logits.float() / temperature  # (B, K, V); column j predicts token first + j + 1
     out = torch.zeros(ids.shape, dtype=torch.float32, device=device)
-    out[:, 1:] = token_logprobs(logits[:, :-1], ids[:, 1:])
+    out[:, first + 1 :] = token_logprobs(logits, ids[:, first + 1 :])
     for row, turn in enumerate(batch.turns):
         if not turn.constrained:
             continue
         specs = [tool_specs[row][name] for name in turn.offered_tools if name in tool_specs[row]]
         masks = replay_masks(policy.tokenizer, specs, turn.completion_ids, grammar=policy._grammar_for())
         p, c = int(batch.prompt_lengths[row]), len(turn.completion_ids)
-        width = logits.shape[-1]
-        allowed = masks[:, :width].to(device)
-        out[row, p : p + c] = token_logprobs(logits[row, p - 1 : p + c - 1], ids[row, p : p + c], allowed=allowed)
+        allowed = masks[:, : logits.shape[-1]].to(device)
+        out[row, p : p + c] = token_logprobs(logits[row, p - 1 - first : p + c - 1 - first], ids[row, p : p + c], allowed=allowed)
     return out
 
 
