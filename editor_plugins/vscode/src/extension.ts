@@ -6,7 +6,7 @@
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, TransportKind } from "vscode-languageclient/node";
 
-import { RecapClient, Rpc } from "./client";
+import { RecapClient } from "./client";
 import { describeProposal, diffEntries, parseProposalUri, PROPOSAL_SCHEME, sideText } from "./diff";
 import { formatEvent, progressText } from "./events";
 import { DONE_STATES, Proposal, RecapEvent, SessionState, SessionStatus } from "./protocol";
@@ -104,7 +104,7 @@ class RecapExtension {
       },
     );
     this.client = client;
-    this.recap = new RecapClient(client as Rpc);
+    this.recap = new RecapClient(client);
     this.recap.onEvent((event) => this.onEvent(event));
     await client.start();
   }

@@ -28,7 +28,7 @@ import {
   TextDocumentEdit,
 } from "vscode-languageserver-protocol/node";
 
-import { RecapClient, Rpc, WorkDoneProgress } from "../src/client";
+import { RecapClient, WorkDoneProgress } from "../src/client";
 import { diffEntries, parseProposalUri, sideText } from "../src/diff";
 import { formatEvent } from "../src/events";
 import { DONE_STATES, RecapEvent, SERVER_COMMANDS } from "../src/protocol";
@@ -77,7 +77,7 @@ class FakeEditor {
     readonly process: ChildProcess,
     public settings: Record<string, unknown>,
   ) {
-    this.recap = new RecapClient(connection as Rpc);
+    this.recap = new RecapClient(connection);
     this.recap.onEvent((event) => {
       this.events.push(event);
       this.listeners.forEach((wake) => wake());
