@@ -16,6 +16,7 @@ Submodules (gitlinks) are left out of the workspace.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -155,6 +156,20 @@ def _fast_import_path(path: str) -> bytes:
     if not raw.startswith(b'"') and b"\n" not in raw:
         return raw
     return b'"' + raw.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n") + b'"'
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _attribute_pattern(path: str) -> str:
+    """A .gitattributes pattern matching exactly `path` (glob characters escaped, C-quoted)."""
+    escaped = re.sub(r"([*?\[\\])", r"\\\1", "/" + path)
+    return '"' + escaped.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
 def _existing_files(root: Path, paths: Iterable[str]) -> list[str]:
@@ -354,9 +369,22 @@ class ShadowRepo:
         return self._diff("--cached", start, index=self.private_index)
 
     def _diff(self, *revs: str, index: Path | None = None) -> str:
-        out = self._git("diff", "--binary", "--no-renames", "--no-color", "--no-ext-diff",
-                        "--src-prefix=a/", "--dst-prefix=b/", *revs, index=index)
-        return out.decode("utf-8", "surrogateescape")
+        """`git diff --binary`, always valid UTF-8: a text file that is not UTF-8 gets a binary patch
+        (its text hunks could not go into a JSON session, nor survive decoding)."""
+        flags = ["--binary", "--no-renames", "--no-color", "--no-ext-diff", "--src-prefix=a/", "--dst-prefix=b/"]
+        raw = self._git("diff", *flags, *revs, index=index)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        names = _split_z(self._git("diff", "--name-only", "-z", "--no-renames", *revs, index=index))
+        sections = raw.split(b"\ndiff --git ")  # one per file, in --name-only order
+        undecodable = [name for name, section in zip(names, sections) if not _is_utf8(section)]
+        attributes = self.private_index.with_name("binary.attributes")
+        attributes.write_text("".join(f"{_attribute_pattern(name)} binary\n" for name in undecodable),
+                              encoding="utf-8", errors="surrogateescape")
+        raw = self._git("-c", f"core.attributesFile={attributes}", "diff", *flags, *revs, index=index)
+        return raw.decode("utf-8", "replace")  # only a non-UTF-8 file *name* can still be undecodable
 
     def apply(self, patch: str) -> None:
         """Apply a diff made by `diff_*` to the working tree."""

@@ -185,3 +185,20 @@ def test_errors_and_close(make_repo: Any, tmp_path: Path) -> None:
     ws.close()
     ws.close()
     assert not tmp.exists()
+
+
+def test_non_utf8_text_gets_a_binary_patch_so_diffs_stay_utf8(make_repo: Any) -> None:
+    latin = "caf\xe9 = 1\n".encode("latin-1")
+    repo = make_repo({"legacy file[1].py": latin, "plain.txt": "plain\n"},
+                     unstaged={"legacy file[1].py": latin + "na\xefve = 2\n".encode("latin-1")})
+    with LocalBackend.create(repo) as ws:
+        assert "GIT binary patch" in ws.origin.base_diff
+        ws.write_bytes("legacy file[1].py", b"r\xe9sum\xe9 = 3\n")
+        ws.write_bytes("plain.txt", b"changed\n")
+        diff = ws.diff()
+        diff.encode("utf-8")  # no surrogates: it can go into a JSON session
+        assert "+changed" in diff and "GIT binary patch" in diff
+        with LocalBackend.from_origin(ws.origin) as replica:
+            assert replica.read_bytes("legacy file[1].py") == latin + "na\xefve = 2\n".encode("latin-1")
+            subprocess.run(["git", "apply", "--binary", "-"], cwd=replica.root, input=diff.encode(), check=True)
+            assert files_of(replica) == files_of(ws)
