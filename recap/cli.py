@@ -28,3 +28,7 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug
 
 for _module in (cmd_run, cmd_backend, cmd_serve, cmd_train):
     _module.register(app)
+
+
+if __name__ == "__main__":
+    app()
