@@ -40,6 +40,12 @@ _VERBS = {
 """Progress verbs of the default tools (`harness.tools.default_registry`); others show their name."""
 
 
+def _set_event() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class EditorSession:
     """A session as the server tracks it (mutated on the event-loop thread only).
@@ -74,6 +80,8 @@ class EditorSession:
     message: str | None = None
     proposal: Proposal | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    idle: threading.Event = field(default_factory=_set_event)
+    """Clear while a worker thread runs this session (set again once its workspace is closed)."""
     log: Any = None
     accepted: dict[str, list[str]] = field(default_factory=dict)
 
@@ -173,6 +181,7 @@ def execute(
     from harness.errors import RecapError
 
     workspace = log = None
+    session.idle.clear()
     try:
         loaded = policy()
         if session.cancel.is_set():
@@ -206,3 +215,4 @@ def execute(
     finally:
         if workspace is not None:
             workspace.close()
+        session.idle.set()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from contextvars import ContextVar
 from pathlib import Path
@@ -221,8 +222,6 @@ class RecapServer(LanguageServer):
         """Run `session` to its end: progress, events, the worker thread, the final state."""
         from harness.config import RecapConfig
         from harness.errors import RecapError
-        from harness.session import SessionWriter
-        from shadow_backend import open_backend
 
         await self._begin_progress(session)
         self.send_event(session, {"type": "state", "state": session.state})
@@ -237,7 +236,22 @@ class RecapServer(LanguageServer):
         except RecapError as exc:
             self._finish(session, "failed", str(exc))
             return
-        outcome = await asyncio.to_thread(
+        try:
+            outcome = await self._in_thread(session, options, config, on_event)
+        except asyncio.CancelledError:  # the connection is going away: stop the worker too
+            session.cancel.set()
+            raise
+        session.proposal, session.log = outcome.proposal, outcome.log
+        self._finish(session, outcome.state, outcome.message)
+
+    async def _in_thread(self, session: EditorSession, options: ServerOptions, config: Any,
+                         on_event: Any) -> Any:
+        """`runs.execute` in a worker thread, with the shared policies, the configured backend and
+        the session file."""
+        from harness.session import SessionWriter
+        from shadow_backend import open_backend
+
+        return await asyncio.to_thread(
             execute,
             session,
             policy=lambda: self.policies.get(options.model, endpoint=options.endpoint, api_key=options.api_key,
@@ -248,8 +262,6 @@ class RecapServer(LanguageServer):
             on_event=on_event,
             model_spec=options.model,
         )
-        session.proposal, session.log = outcome.proposal, outcome.log
-        self._finish(session, outcome.state, outcome.message)
 
     async def _begin_progress(self, session: EditorSession) -> None:
         caps = self.client_capabilities.window
@@ -371,6 +383,14 @@ class RecapServer(LanguageServer):
         total = sum(wanted.values())
         verdict = "kept" if still == total else "reverted"
         self.record_verdict(session, verdict, files=[path], reason=f"{still} of {total} accepted lines still there")
+
+    def terminate(self, *, timeout_s: float) -> None:
+        """On SIGTERM: cancel every run and wait (up to `timeout_s` in all) for the workers to close
+        their workspaces. Blocks the event loop; the process exits right after."""
+        self.shutdown_sessions()
+        deadline = time.monotonic() + timeout_s
+        for session in list(self.sessions.values()):
+            session.idle.wait(max(0.0, deadline - time.monotonic()))
 
     def shutdown_sessions(self) -> None:
         """On `shutdown`: cancel every run (their workers close their workspaces) and close the logs."""

@@ -61,5 +61,6 @@ async def start_editor(tmp_path: Path) -> AsyncIterator[StartEditor]:
 
     yield start
     for client in clients:
-        await client.shutdown_session()
+        if client._server is not None and client._server.returncode is None:  # not stopped by the test
+            await client.shutdown_session()
         await client.stop()

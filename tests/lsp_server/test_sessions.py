@@ -4,6 +4,8 @@ real local shadow backend."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 
 import pytest
@@ -273,3 +275,23 @@ async def test_a_self_summary_shows_in_progress_events_and_status(start_editor, 
     assert (status["step"], status["summaries"]) == (2, 1)
     start = read_session(tmp_path / "sessions" / f"{session}.jsonl").start
     assert (start.config["context"]["summarize_at"], start.config["context"]["hard_limit"]) == (2500, 4000)
+
+
+async def test_a_server_stopped_mid_run_leaves_no_workspace_behind(start_editor, repo: Path, tmp_path: Path) -> None:
+    sleeps = script(tmp_path, [call("run_command", command="sleep 0.5")] * 60)
+    for how in ("SIGTERM", "stdin closed"):
+        tmp = tmp_path / f"tmp-{how.split()[0]}"
+        tmp.mkdir()
+        editor = await start_editor(repo, env={"TMPDIR": str(tmp)}, model=sleeps)
+        session = await editor.run("sleep a lot")
+        await editor.wait_for(lambda: editor.session_events(session, "observation"))
+        assert any(tmp.iterdir())
+        server = editor.client._server
+        if how == "SIGTERM":
+            server.send_signal(signal.SIGTERM)
+        else:
+            server.stdin.close()
+        assert await asyncio.wait_for(server.wait(), 30) in (0, 128 + signal.SIGTERM)
+        assert list(tmp.iterdir()) == [], how
+        log = read_session(tmp_path / "sessions" / f"{session}.jsonl")
+        assert log.final.stop_reason == "cancelled", how
