@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
-WORKSPACE_BACKENDS = ["local"]
+WORKSPACE_BACKENDS = ["local", "docker"]
 """Backends the `workspace` fixture is parametrized over."""
 
 SAMPLE_FILES: dict[str, str | bytes] = {
@@ -36,6 +36,10 @@ def open_workspace(backend: str, repo: Path, **options: Any) -> Any:
         from shadow_backend.local import LocalBackend
 
         return LocalBackend.create(repo, **options)
+    if backend == "docker":
+        from shadow_backend.docker_backend import DockerBackend
+
+        return DockerBackend.create(repo, **options)
     raise ValueError(f"unknown backend {backend!r}; known: {', '.join(WORKSPACE_BACKENDS)}")
 
 
