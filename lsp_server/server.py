@@ -336,6 +336,11 @@ class RecapServer(LanguageServer):
         refused = {"session": session.id, "state": session.state, "applied": False, "files": []}
         if not chosen:
             return {**refused, "message": "the session proposes no change"}
+        caps = self.client_capabilities.workspace
+        edit_caps = caps.workspace_edit if caps is not None else None
+        if caps is None or not caps.apply_edit or edit_caps is None or not edit_caps.document_changes:
+            return {**refused, "message": "this editor cannot apply versioned workspace edits "
+                                          "(workspace.applyEdit with documentChanges); apply recap.proposal's diff instead"}
         plan = edits.plan_edit(
             [proposal.file(p) for p in chosen],  # type: ignore[misc]
             current=lambda p: self.current(session.repo, p),

@@ -295,3 +295,13 @@ async def test_a_server_stopped_mid_run_leaves_no_workspace_behind(start_editor,
         assert list(tmp.iterdir()) == [], how
         log = read_session(tmp_path / "sessions" / f"{session}.jsonl")
         assert log.final.stop_reason == "cancelled", how
+
+
+async def test_accept_says_so_when_the_editor_cannot_apply_workspace_edits(start_editor, repo: Path, tmp_path: Path) -> None:
+    editor = await start_editor(repo, capabilities=types.ClientCapabilities(), model=fix_script(tmp_path))
+    session = await editor.run("fix add")
+    assert await editor.wait_state(session, "finished", "failed") == "finished"
+    result = await editor.command("recap.accept", {"session": session})
+    assert result["applied"] is False and "cannot apply versioned workspace edits" in result["message"]
+    assert editor.edits == [] and editor.client.progress_reports == {}  # no progress either: not supported
+    assert (await editor.command("recap.status", {"session": session}))["state"] == "finished"
