@@ -243,3 +243,23 @@ def test_sample_token_top_p_and_mask_renormalize():
     assert set(masked) == {1, 2} and masked[2] == pytest.approx(torch.log(torch.tensor(0.15 / 0.45)).item(), abs=1e-6)
     token, greedy_lp = sample_token(logits, temperature=0.0, top_p=1.0, allowed=allowed, generator=gen)
     assert token == 1 and greedy_lp == pytest.approx(torch.log(torch.tensor(0.3 / 0.45)).item(), abs=1e-6)
+
+
+def test_chat_format_hands_tools_to_a_template_that_renders_them(tiny):
+    import copy
+
+    tokenizer = copy.deepcopy(tiny.tokenizer)
+    tokenizer.chat_template = (
+        "{% if tools %}TOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}\n{% endif %}"
+        "{% for m in messages %}[{{ m.role }}]{{ m.content or '' }}"
+        "{% for c in m.tool_calls or [] %}CALL {{ c.function.name }}{% endfor %}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant]{% endif %}"
+    )
+    chat = ChatFormat(tokenizer)
+    assert chat.native_tools and chat.native_tool_calls
+    call = {"id": "c1", "type": "function", "function": {"name": "finish", "arguments": {}}}
+    text = chat.render(MESSAGES + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                                   tool_message("c1", "finish", "bye")], TOOLS)
+    # (HF renders templates with trim_blocks: the newline after a block tag is dropped)
+    assert text.startswith("TOOLS:set_mode;finish;[system]") and "<tools>" not in text
+    assert text.endswith("[assistant]CALL finish[tool]bye[assistant]") and "<tool_response>" not in text

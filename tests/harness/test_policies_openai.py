@@ -117,7 +117,7 @@ def test_http_and_connection_errors_become_policy_errors(server):
 
 
 def test_approximate_token_count_overestimates_and_grows(server):
-    from harness.policies.loading import embedded_tokenizer
+    from harness.policies.loading import embedded_gguf, embedded_tokenizer
     from harness.policies.chat_format import ChatFormat
 
     policy = OpenAIPolicy(config=OpenAIPolicyConfig(model="m", base_url=server.url))
@@ -126,6 +126,9 @@ def test_approximate_token_count_overestimates_and_grows(server):
     for msgs, tools in ((MESSAGES, None), (MESSAGES, TOOLS), (longer, TOOLS)):
         assert policy.count_tokens(msgs, tools) >= len(exact.encode(msgs, tools))
     assert policy.count_tokens(longer, TOOLS) > policy.count_tokens(MESSAGES, TOOLS) > policy.count_tokens(MESSAGES, None)
+    folder, name = embedded_gguf()
+    exact_policy = OpenAIPolicy(config=OpenAIPolicyConfig(model="m", base_url=server.url, tokenizer_path=f"{folder}/{name}"))
+    assert exact_policy.count_tokens(longer, TOOLS) == len(exact.encode(longer, TOOLS))
 
 
 def test_config_errors(monkeypatch):
