@@ -4,9 +4,12 @@ Prints:
   1. workspace creation time for a generated repository (default 5,000 files) with
      `LocalBackend.create`, against a plain `git worktree add` and `cp -r` of the same repository;
   2. per-tool latency: the median (and p90) wall time of many calls of each tool through
-     `ToolRegistry.call`, as the agent loop makes them.
+     `ToolRegistry.call`, as the agent loop makes them;
+  3. with --agent: one short episode of the embedded model (SmolLM2-135M, grammar-constrained) on
+     that workspace, split into policy time, tool time and the loop's own overhead, and the
+     policy's time against raw `model.generate` for the same prompt and completion lengths.
 
-Usage: python bench/harness.py [--files 5000] [--calls 30] [--creations 5]
+Usage: python bench/harness.py [--files 5000] [--calls 30] [--creations 5] [--agent] [--agent-steps 4]
 """
 
 from __future__ import annotations
@@ -154,11 +157,50 @@ def bench_tools(repo: Path, scratch: Path, calls: int) -> None:
             print(row(name, timed(fn, calls)))
 
 
+def bench_agent(repo: Path, scratch: Path, steps: int) -> None:
+    import torch
+
+    from harness.agent import Agent
+    from harness.config import RecapConfig
+    from harness.policies import load_policy
+
+    start = time.perf_counter()
+    policy = load_policy("embedded", seed=0)
+    print(f"agent loop with the embedded model (loaded in {time.perf_counter() - start:.1f} s), {steps} steps")
+    with LocalBackend.create(repo, parent_dir=scratch) as ws:
+        agent = Agent(policy=policy, workspace=ws, config=RecapConfig().with_overrides(max_steps=steps))
+        start = time.perf_counter()
+        agent.run("Find where helper_2500 is defined and say what it returns.")
+        total = time.perf_counter() - start
+    turns = [e for e in agent.events if e.type == "policy_turn"]
+    tools = sum(e.duration_s for e in agent.events if e.type == "observation")
+    policy_s = sum(t.duration_s for t in turns)
+    raw = 0.0
+    for turn in turns:
+        if turn.prompt_ids and turn.completion_ids:
+            n = len(turn.completion_ids)
+            ids = torch.tensor([turn.prompt_ids], device=policy.device)
+            begin = time.perf_counter()
+            with torch.no_grad():
+                policy.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                      min_new_tokens=n, do_sample=False, pad_token_id=policy.tokenizer.eos_token_id)
+            raw += time.perf_counter() - begin
+    tokens = sum(t.completion_tokens for t in turns)
+    print(f"  episode wall time                  {total:9.2f} s  ({len(turns)} policy turns, {tokens} completion tokens)")
+    print(f"  policy.generate (sum)              {policy_s:9.2f} s")
+    print(f"  raw model.generate, same lengths   {raw:9.2f} s  (policy overhead {policy_s - raw:+.2f} s: template, grammar, sampling loop)")
+    print(f"  tools (sum)                        {tools:9.2f} s")
+    print(f"  agent loop overhead                {total - policy_s - tools:9.2f} s  "
+          f"({(total - policy_s - tools) / max(len(turns), 1) * 1000:.0f} ms per turn: context, token counts, log)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=5000, help="files in the generated repository")
     parser.add_argument("--calls", type=int, default=30, help="calls per tool")
     parser.add_argument("--creations", type=int, default=5, help="runs of each creation method")
+    parser.add_argument("--agent", action="store_true", help="also time an episode of the embedded model")
+    parser.add_argument("--agent-steps", type=int, default=4, help="step limit of that episode")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, bubblewrap {'works' if bwrap_works() else 'unavailable'}")
     with tempfile.TemporaryDirectory(prefix="recap-bench-") as tmp:
@@ -170,6 +212,9 @@ def main() -> None:
         bench_creation(repo, scratch, args.creations)
         print()
         bench_tools(repo, scratch, args.calls)
+        if args.agent:
+            print()
+            bench_agent(repo, scratch, args.agent_steps)
 
 
 if __name__ == "__main__":

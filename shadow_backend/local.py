@@ -89,8 +89,10 @@ def bwrap_works() -> bool:
     return probe.returncode == 0
 
 
-class _Capture:
-    """Keep the first and last `limit // 2` bytes of a stream and count the rest."""
+class BoundedCapture:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts the rest (`feed` chunks,
+    then `text()`: head, a `[... N bytes cut while reading ...]` line, tail). Any backend that
+    reads command output may use it."""
 
     def __init__(self, limit: int) -> None:
         self.half = limit // 2
@@ -136,7 +138,7 @@ def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: 
                                 preexec_fn=_limits_preexec(config))
     except OSError as exc:
         return CommandResult(126, "", f"cannot start {argv[0]}: {exc.strerror}", False, time.monotonic() - started)
-    captures = {proc.stdout: _Capture(config.max_output_bytes), proc.stderr: _Capture(config.max_output_bytes)}
+    captures = {proc.stdout: BoundedCapture(config.max_output_bytes), proc.stderr: BoundedCapture(config.max_output_bytes)}
     pidfd = os.pidfd_open(proc.pid)  # readable once the main process exits (it is not reaped)
     limit = started + timeout_s
     open_streams, exited, timed_out = len(captures), False, False
