@@ -104,6 +104,9 @@ class TransformersPolicy:
         tokenizer: the tokenizer.
         context_window: max prompt + completion tokens.
         chat: the `ChatFormat` used to render prompts.
+        stop_ids: token ids that end a turn (EOS and `<|im_end|>` when the vocabulary has it).
+
+    Not thread-safe: one `generate` at a time (the KV cache and the generator are per policy).
     """
 
     def __init__(self, *, model: Any, tokenizer: Any, spec: str, config: TransformersPolicyConfig) -> None:
