@@ -121,7 +121,8 @@ def _sample(
     rows = []
     try:
         with console.status(f"loading policy {model}..."):
-            policy = load_policy(model)
+            # A scripted policy plays its turns once: each rollout gets a fresh one.
+            policy = (lambda: load_policy(model)) if model.startswith("scripted:") else load_policy(model)
         for path in sessions:
             session = read_session(path)
             config = _config_of(session).with_overrides(max_steps=max_steps)
