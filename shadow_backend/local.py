@@ -225,7 +225,10 @@ class LocalWorkspace:
         target = confine(self._root, path)
         if target.is_dir():
             raise IsADirectoryError(21, "Is a directory", path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a parent is a file
+            raise NotADirectoryError(20, "Not a directory", path) from None
         fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".recap-write-")
         try:
             with os.fdopen(fd, "wb") as handle:

@@ -172,6 +172,8 @@ def test_write_file_creates_parents_and_overwrites(workspace: Any) -> None:
     assert call(workspace, "write_file", path="new/dir/f.txt", content="c").output == "overwrote new/dir/f.txt (1 line, 1 bytes)"
     assert workspace.read_bytes("new/dir/f.txt") == b"c"
     assert "is a directory" in call(workspace, "write_file", path="pkg", content="x").output
+    under_a_file = call(workspace, "write_file", path="README.md/x.txt", content="x")
+    assert under_a_file.is_error and under_a_file.output == "write_file failed: Not a directory: README.md/x.txt"
 
 
 def test_delete_file(workspace: Any) -> None:
