@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
-from harness.session import Final, SessionStart, Verdict, read_session
+from harness.session import SessionStart, Verdict, read_session
 from lsp_helpers import call, script
 
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
