@@ -2,8 +2,9 @@
 
 Loading a local model takes seconds (the embedded one ~15-20 s), so a loaded policy is kept for the
 next session with the same spec, endpoint and adapter. When a newer adapter is chosen, the copy with
-the old adapter is dropped (one model in memory per spec). Sessions may overlap, so a shared policy
-serializes its calls. Scripted policies are stateful (they play turns in order) and never shared.
+the old adapter is dropped (one model in memory per spec). Sessions may overlap, so a shared local
+model serializes its calls (a remote `openai:` endpoint takes them concurrently). Scripted policies
+are stateful (they play turns in order) and never shared.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class PolicyCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._loaded: dict[tuple[str, str | None, str | None], SerializedPolicy] = {}
+        self._loaded: dict[tuple[str, str | None, str | None], Policy] = {}
 
     def get(self, spec: str, *, endpoint: str | None, api_key: str | None, adapter: Path | None) -> Policy:
         """The policy for `spec` with `adapter` (a LoRA folder) loaded, from the cache when possible.
@@ -67,5 +68,5 @@ class PolicyCache:
                 for old in [k for k in self._loaded if k[:2] == key[:2]]:
                     del self._loaded[old]
                 policy = load_policy(spec, endpoint=endpoint, api_key=api_key, adapter=str(adapter) if adapter else None)
-                self._loaded[key] = SerializedPolicy(policy)
+                self._loaded[key] = policy if spec.startswith("openai:") else SerializedPolicy(policy)
             return self._loaded[key]
