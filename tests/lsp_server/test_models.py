@@ -63,3 +63,23 @@ async def test_the_embedded_model_runs_a_session_through_the_server(start_editor
     assert len(reports) == len(turns) + 2  # begin, one report per step, end
     proposal = await editor.command("recap.proposal", {"session": session})
     assert proposal["diff"] == log.final.diff
+
+
+def test_the_policy_cache_shares_a_model_and_keeps_only_the_newest_adapter(tmp_path: Path) -> None:
+    from lsp_server.policies import PolicyCache, SerializedPolicy
+
+    make_adapter(tmp_path / "a1", seed=1)
+    make_adapter(tmp_path / "a2", seed=2)
+    cache = PolicyCache()
+    get = lambda spec, adapter=None: cache.get(spec, endpoint=None, api_key=None, adapter=adapter)  # noqa: E731
+    base = get("tiny")
+    assert isinstance(base, SerializedPolicy) and get("tiny") is base
+    one = get("tiny", tmp_path / "a1")
+    assert one is not base and get("tiny", tmp_path / "a1") is one
+    two = get("tiny", tmp_path / "a2")
+    assert get("tiny", tmp_path / "a2") is two
+    assert get("tiny", tmp_path / "a1") is not one  # dropped when a2 was loaded
+    remote = get("openai:some-model@http://127.0.0.1:9/v1")
+    assert get("openai:some-model@http://127.0.0.1:9/v1") is remote and not isinstance(remote, SerializedPolicy)
+    (tmp_path / "s.json").write_text("[]")
+    assert get(f"scripted:{tmp_path / 's.json'}") is not get(f"scripted:{tmp_path / 's.json'}")
