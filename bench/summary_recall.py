@@ -154,6 +154,7 @@ def main() -> None:
                 hits[name].setdefault(fact.kind, []).append(fact.text in text)
             line.append(f"{name} {sum(f.text in text for f in facts)}/{len(facts)} ({view.tokens} tok)")
         print(f"episode {index}: cut at event {cut} ({summ.tokens(prefix)} tok), summary {time.perf_counter() - started:.1f}s: " + "; ".join(line))
+        print(f"  summary 1 begins: {done.text[:160]!r}")
     print(f"\n{'method':<14} {'all':>6} " + " ".join(f"{k:>11}" for k in ("path", "error", "constraint")))
     for name, kinds in hits.items():
         flat = [h for v in kinds.values() for h in v]
