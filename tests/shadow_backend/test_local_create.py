@@ -13,6 +13,7 @@ import pytest
 
 from harness.errors import PathOutsideWorkspace, WorkspaceError
 from harness.tools import default_registry
+from harness.workspace import Workspace
 from shadow_backend.local import LocalBackend, LocalWorkspace
 
 FILES: dict[str, str | bytes] = {
@@ -58,6 +59,7 @@ def files_of(ws: LocalWorkspace) -> dict[str, bytes]:
 def test_workspace_holds_what_the_user_sees(make_repo: Any, git_cmd: Any) -> None:
     repo = user_repo(make_repo, git_cmd)
     with LocalBackend.create(repo) as ws:
+        assert isinstance(ws, Workspace)
         assert files_of(ws) == {
             ".gitignore": b"*.log\n",
             "added_staged.txt": b"new and staged\n",
