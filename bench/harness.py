@@ -60,7 +60,7 @@ def needle_{i}():
 def generate_repo(root: Path, files: int) -> None:
     """A git repository of `files` Python modules in 100-file directories, committed once."""
     for i in range(files):
-        path = root / f"pkg{i // 100:03d}" / f"mod{i:05d}.py"
+        path = root / module_path(i)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(MODULE.format(i=i))
     (root / ".gitignore").write_text("*.log\n")
@@ -118,8 +118,13 @@ def bench_creation(repo: Path, scratch: Path, runs: int) -> None:
     print(row("cp -r + rm", timed(copy, runs)))
 
 
-def bench_tools(repo: Path, scratch: Path, calls: int) -> None:
+def module_path(i: int) -> str:
+    return f"pkg{i // 100:03d}/mod{i:05d}.py"
+
+
+def bench_tools(repo: Path, scratch: Path, calls: int, files: int) -> None:
     registry = default_registry()
+    target = module_path(files // 2)
     with LocalBackend.create(repo, parent_dir=scratch) as ws:
         print(f"per-tool latency on {len(ws.list_files())} files ({ws.origin.sandbox})")
         counter = iter(range(10**9))
@@ -133,18 +138,18 @@ def bench_tools(repo: Path, scratch: Path, calls: int) -> None:
 
         def edit() -> None:
             n = next(counter)
-            result = registry.call("edit_file", {"path": "pkg025/mod02500.py", "old_string": f"size * {n - 1}" if n else
+            result = registry.call("edit_file", {"path": target, "old_string": f"size * {n - 1}" if n else
                                                  "size * self.size", "new_string": f"size * {n}"}, ws)
             assert not result.is_error, result.output
 
         cases = [
-            ("read_file", call("read_file", {"path": "pkg025/mod02500.py"})),
-            ("read_file (lines 5-10)", call("read_file", {"path": "pkg025/mod02500.py", "start_line": 5, "end_line": 10})),
+            ("read_file", call("read_file", {"path": target})),
+            ("read_file (lines 5-10)", call("read_file", {"path": target, "start_line": 5, "end_line": 10})),
             ("list_dir (depth 2)", call("list_dir", {"depth": 2})),
             ("glob **/mod04*.py", call("glob", {"pattern": "**/mod04*.py"})),
-            ("grep (ripgrep)", call("grep", {"pattern": r"needle_49\d\d", "include": "*.py"})),
-            ("grep (Python fallback)", call("grep", {"pattern": r"needle_49\d\d", "include": "*.py"}, NoRipgrep(ws))),
-            ("outline", call("outline", {"path": "pkg025/mod02500.py"})),
+            ("grep (ripgrep)", call("grep", {"pattern": r"needle_1\d\d", "include": "*.py"})),
+            ("grep (Python fallback)", call("grep", {"pattern": r"needle_1\d\d", "include": "*.py"}, NoRipgrep(ws))),
+            ("outline", call("outline", {"path": target})),
             ("edit_file", edit),
             ("write_file", lambda: registry.call("write_file", {"path": "scratch/out.txt", "content": "x" * 1000}, ws)),
             ("run_command (true)", call("run_command", {"command": "true"})),
@@ -157,7 +162,7 @@ def bench_tools(repo: Path, scratch: Path, calls: int) -> None:
             print(row(name, timed(fn, calls)))
 
 
-def bench_agent(repo: Path, scratch: Path, steps: int) -> None:
+def bench_agent(repo: Path, scratch: Path, steps: int, files: int) -> None:
     import torch
 
     from harness.agent import Agent
@@ -170,7 +175,7 @@ def bench_agent(repo: Path, scratch: Path, steps: int) -> None:
     with LocalBackend.create(repo, parent_dir=scratch) as ws:
         agent = Agent(policy=policy, workspace=ws, config=RecapConfig().with_overrides(max_steps=steps))
         start = time.perf_counter()
-        agent.run("Find where helper_2500 is defined and say what it returns.")
+        agent.run(f"Find where helper_{files // 2} is defined and say what it returns.")
         total = time.perf_counter() - start
     turns = [e for e in agent.events if e.type == "policy_turn"]
     tools = sum(e.duration_s for e in agent.events if e.type == "observation")
@@ -211,10 +216,10 @@ def main() -> None:
         print(f"generated {args.files} files in {time.perf_counter() - start:.1f} s\n")
         bench_creation(repo, scratch, args.creations)
         print()
-        bench_tools(repo, scratch, args.calls)
+        bench_tools(repo, scratch, args.calls, args.files)
         if args.agent:
             print()
-            bench_agent(repo, scratch, args.agent_steps)
+            bench_agent(repo, scratch, args.agent_steps, args.files)
 
 
 if __name__ == "__main__":
