@@ -258,3 +258,79 @@ def make_rollout_runner(cfg: Any, policy: Any) -> Any:
     if cfg.rollout_endpoint is not None:
         return EndpointRunner(cfg, policy)
     return InProcessRunner(cfg, policy)
+
+
+# ---------------------------------------------------------------------------------------------
+# data-parallel learner (several processes, e.g. one per GPU, started by `accelerate launch`)
+# ---------------------------------------------------------------------------------------------
+def process_group() -> tuple[int, int]:
+    """(rank, world size) of the torch.distributed process group; (0, 1) when there is none.
+
+    Under `accelerate launch --num_processes K -m recap.cli train ...` every process runs the
+    whole training loop on its share of the groups (`shard`), gradients are summed across
+    processes before each optimizer step (`all_reduce_grads`), so all copies of the adapter stay
+    identical; rank 0 writes metrics and checkpoints.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_process_group() -> tuple[int, int]:
+    """Join the process group `accelerate launch` (or torchrun) prepared, when there is one, and
+    pin this process to its GPU. Returns (rank, world size)."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+
+        PartialState()  # initialises torch.distributed and sets the CUDA device of this rank
+    return process_group()
+
+
+def shard(items: Sequence[Any], *, rank: int, world: int) -> list[Any]:
+    """This rank's share of a step's groups: items rank, rank + world, ..."""
+    return list(items[rank::world])
+
+
+def all_reduce_sum(value: float) -> float:
+    """Sum of a float over all processes (the value itself without a process group)."""
+    import torch
+    import torch.distributed as dist
+
+    if process_group()[1] == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device="cuda" if torch.cuda.is_available() else "cpu")
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def all_reduce_grads(params: Sequence[Any]) -> None:
+    """Sum the gradients of `params` over all processes, in place (missing gradients count as 0).
+
+    Each process normalised its loss by the token count of the whole step (`all_reduce_sum`), so
+    the sum is exactly the single-process gradient of the whole batch.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if process_group()[1] == 1:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+
+
+def gather_objects(items: list[Any]) -> list[Any]:
+    """Every process's `items`, concatenated in rank order (the list itself without a group)."""
+    import torch.distributed as dist
+
+    rank, world = process_group()
+    if world == 1:
+        return items
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, items)
+    return [x for part in out for x in part]

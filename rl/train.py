@@ -13,8 +13,10 @@ turns, normalised by the token count of the whole batch. On CUDA the forward run
 (fp32 master weights); on CPU in fp32.
 
 Multi-GPU learner: launch the same command through accelerate, e.g.
-`accelerate launch --num_processes 4 -m recap.cli train ...`; each process then plays its share of
-the groups and gradients are averaged by DDP (see `rl.distributed`).
+`accelerate launch --num_processes 4 -m recap.cli train --sessions DIR --sessions-per-step 8 ...`;
+each process plays its share of the step's groups on its own GPU, gradients are summed across
+processes before the optimizer step (`rl.distributed.all_reduce_grads`), and rank 0 writes the
+metrics and checkpoints.
 """
 
 from __future__ import annotations
@@ -225,16 +227,19 @@ def learn(
     cfg: TrainConfig,
 ) -> dict[str, float]:
     """One optimizer step on `turns` (each with its episode advantage), accumulated over
-    micro-batches of `cfg.micro_batch_turns`. Returns `loss/*` metrics."""
+    micro-batches of `cfg.micro_batch_turns`; with several processes, `turns` is this process's
+    share and gradients are summed across processes. Returns `loss/*` metrics (whole step)."""
     import torch
 
+    from rl.distributed import all_reduce_grads, all_reduce_sum
     from rl.loss import policy_loss
     from rl.trajectory import build_batch
 
     model = policy.model
     model.train()
     pad = policy.tokenizer.pad_token_id if policy.tokenizer.pad_token_id is not None else policy.tokenizer.eos_token_id
-    total_tokens = float(sum(len(t.completion_ids) for t in turns))
+    # the whole step's token count (all processes): accumulated gradients equal the full batch's
+    total_tokens = all_reduce_sum(float(sum(len(t.completion_ids) for t in turns)))
     optimizer.zero_grad(set_to_none=True)
     sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
     for start in range(0, len(turns), cfg.micro_batch_turns):
@@ -258,6 +263,9 @@ def learn(
         for key in ("kl", "clip_frac", "ratio_mean"):
             sums[key] += getattr(stats, key) * share
     params = [p for p in model.parameters() if p.requires_grad]
+    all_reduce_grads(params)
+    for key in sums:
+        sums[key] = all_reduce_sum(sums[key])
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     optimizer.step()
     scheduler.step()
@@ -329,11 +337,12 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
 
     from rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
     from rl.data import SessionCursor, load_starts
-    from rl.distributed import make_rollout_runner
+    from rl.distributed import gather_objects, init_process_group, make_rollout_runner, shard
     from rl.metrics import MetricsWriter
     from rl.rollout import rollout_seed
     from rl.trajectory import trajectory_from_events
 
+    rank, world = init_process_group()
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -358,19 +367,20 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
         set_rng_state(state["rng"])
         step = int(state["step"])
         log.info("resumed from %s at step %d", folder, step)
-    else:
+    elif rank == 0:
         (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
-    metrics = MetricsWriter(out)
+    metrics = MetricsWriter(out) if rank == 0 else None
     runner = make_rollout_runner(cfg, policy)
 
     # loop
     try:
         while step < cfg.steps:
             t0 = time.monotonic()
-            batch_starts = [starts[i] for i in cursor.next(cfg.sessions_per_step)]
+            # every process draws the same sessions and plays its share of the groups
+            batch_starts = shard([starts[i] for i in cursor.next(cfg.sessions_per_step)], rank=rank, world=world)
             seeds = [[rollout_seed(cfg.seed, step, s.session_id, g) for g in range(cfg.group_size)] for s in batch_starts]
             log_dir = out / "rollouts" / f"step-{step + 1:06d}" if cfg.save_rollouts else None
-            groups = runner.run(batch_starts, seeds, log_dir=log_dir, adapter_id=f"step-{step}")
+            groups = runner.run(batch_starts, seeds, log_dir=log_dir, adapter_id=f"step-{step}") if batch_starts else []
             rollouts = [r for group in groups for r in group]
             t1 = time.monotonic()
 
@@ -384,7 +394,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
                     turns.append(turn)
                     turn_adv.append(adv)
                     specs.append(by_name)
-            if turns:
+            if gather_objects([len(turns)]) != [0] * world:
                 loss_metrics = learn(policy, optimizer, scheduler, turns, turn_adv, specs, cfg)
             else:
                 scheduler.step()  # keep the schedule aligned with the step count
@@ -393,25 +403,28 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             runner.sync(policy, step=step, out_dir=out)
             t2 = time.monotonic()
 
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if rank == 0 and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
                 save_checkpoint(out, step=step, model=policy.model, state={
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "cursor": cursor.state(), "config": cfg.to_dict(),
                 })
             t3 = time.monotonic()
-            values = rollout_metrics(rollouts) | loss_metrics | {
-                "rollout/turns_trained": float(len(turns)),
+            values = rollout_metrics(gather_objects(rollouts)) | loss_metrics | {
+                "rollout/turns_trained": float(sum(gather_objects([len(turns)]))),
                 "time/rollout_s": t1 - t0, "time/learn_s": t2 - t1, "time/checkpoint_s": t3 - t2, "time/step_s": t3 - t0,
             }
-            metrics.write(step, values)
+            if metrics is not None:
+                metrics.write(step, values)
             log.info("step %d: reward %.3f, loss %.4f", step, values["rollout/reward_mean"] or 0.0, values.get("loss/loss", 0.0))
             if on_step is not None:
                 on_step(step, values)
     finally:
-        metrics.close()
+        if metrics is not None:
+            metrics.close()
         runner.close()
 
     final = out / "adapter"
-    policy.model.save_pretrained(str(final))
+    if rank == 0:
+        policy.model.save_pretrained(str(final))
     return final
 
