@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.config import AgentConfig, ContextConfig, RecapConfig
 from harness.errors import ConfigError
 from rl.rewards import RewardConfig
 
@@ -111,17 +110,13 @@ def evaluate(cfg: EvalConfig) -> EvalReport:
     """Play and score every held-out session `cfg.samples` times. Raises ConfigError on bad input."""
     from harness.policies import load_policy
     from rl.data import load_starts
-    from rl.rollout import rollout_group, rollout_seed
+    from rl.rollout import episode_config, rollout_group, rollout_seed
 
     started = time.monotonic()
     starts = load_starts(cfg.sessions_dir)
     policy = load_policy(cfg.model, seed=cfg.seed, temperature=cfg.temperature, top_p=1.0,
                          constrain=cfg.constrain, adapter=cfg.adapter, context_window=cfg.max_context_tokens)
-    agent_config = RecapConfig(
-        agent=AgentConfig(max_steps=cfg.max_episode_steps, max_new_tokens=cfg.max_new_tokens,
-                          summary_max_new_tokens=cfg.max_new_tokens),
-        context=ContextConfig(),
-    )
+    agent_config = episode_config(max_episode_steps=cfg.max_episode_steps, max_new_tokens=cfg.max_new_tokens)
     log_dir = Path(cfg.out) / "rollouts" if cfg.out else None
     rollouts = []
     for start in starts:

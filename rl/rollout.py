@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.config import RecapConfig
+from harness.config import AgentConfig, ContextConfig, RecapConfig
 from harness.session import Score, SessionStart, SessionWriter
 from harness.workspace import WorkspaceOrigin
 from rl.rewards import RewardConfig, RolloutRecord, record_from_events, score_rollout
@@ -51,6 +51,15 @@ def rollout_seed(seed: int, step: int, session_id: str, index: int) -> int:
     """A deterministic sampling seed per (run seed, step, session, group index): rollouts replay
     exactly on resume and do not depend on which worker plays them."""
     return zlib.crc32(f"{seed}:{step}:{session_id}:{index}".encode()) & 0x7FFFFFFF
+
+
+def episode_config(*, max_episode_steps: int, max_new_tokens: int) -> RecapConfig:
+    """The agent/context configuration of rollouts: the editor's defaults, with the episode's step
+    limit and completion budget (summary turns get the same budget)."""
+    return RecapConfig(
+        agent=AgentConfig(max_steps=max_episode_steps, max_new_tokens=max_new_tokens, summary_max_new_tokens=max_new_tokens),
+        context=ContextConfig(),
+    )
 
 
 def origin_of(start: SessionStart) -> WorkspaceOrigin:

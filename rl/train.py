@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.config import AgentConfig, ContextConfig, RecapConfig
+from harness.config import RecapConfig
 from harness.errors import ConfigError
 from rl.advantages import ADVANTAGE_KINDS, AdvantageKind, advantages_for
 from rl.rewards import REWARDS, RewardConfig
@@ -130,11 +130,9 @@ class TrainConfig:
 
     def agent_config(self) -> RecapConfig:
         """The agent/context configuration rollouts run with (the editor's defaults otherwise)."""
-        return RecapConfig(
-            agent=AgentConfig(max_steps=self.max_episode_steps, max_new_tokens=self.max_new_tokens,
-                              summary_max_new_tokens=self.max_new_tokens),
-            context=ContextConfig(),
-        )
+        from rl.rollout import episode_config
+
+        return episode_config(max_episode_steps=self.max_episode_steps, max_new_tokens=self.max_new_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
