@@ -164,9 +164,12 @@ class Editor:
 
     async def wait_for(self, predicate: Callable[[], Any], *, timeout_s: float = 60.0) -> Any:
         async def poll() -> Any:
-            while not (found := predicate()):
+            while not (found := predicate()):  # woken by each recap/event, else every 50 ms
                 self._changed.clear()
-                await self._changed.wait()
+                try:
+                    await asyncio.wait_for(self._changed.wait(), 0.05)
+                except asyncio.TimeoutError:
+                    pass
             return found
 
         return await asyncio.wait_for(poll(), timeout_s)

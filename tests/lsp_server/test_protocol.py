@@ -138,3 +138,14 @@ async def test_serve_over_tcp_for_debugging(repo: Path) -> None:
 def test_serve_refuses_a_malformed_tcp_address() -> None:
     done = subprocess.run([RECAP, "serve", "--tcp", "localhost"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "expected HOST:PORT" in done.stderr
+
+
+async def test_bad_initialization_options_are_reported_and_the_defaults_kept(start_editor, repo: Path) -> None:
+    editor = await start_editor(repo, backend="nope", maxSteps=0)
+    await editor.wait_for(lambda: editor.client.messages, timeout_s=30)
+    (message,) = editor.client.messages
+    assert message.type == types.MessageType.Error
+    assert "bad initializationOptions, keeping the previous settings" in message.message
+    assert "backend: Input should be 'local' or 'docker'" in message.message
+    assert "maxSteps: Input should be greater than or equal to 1" in message.message
+    assert await editor.command("recap.status") == {"sessions": []}
