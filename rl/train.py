@@ -395,7 +395,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             if gather_objects([len(turns)]) != [0] * world:
                 loss_metrics = learn(policy, optimizer, scheduler, turns, turn_adv, specs, cfg)
             else:
-                scheduler.step()  # keep the schedule aligned with the step count
+                optimizer.zero_grad(set_to_none=True)
+                optimizer.step()  # no gradients: changes nothing, keeps the schedule aligned with the step count
+                scheduler.step()
                 loss_metrics = {"loss/tokens": 0.0}
             step += 1
             runner.sync(policy, step=step, out_dir=out)
