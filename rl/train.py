@@ -331,8 +331,6 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
     Raises:
         ConfigError: bad sessions folder, a non-trainable model, or `resume` without a checkpoint.
     """
-    import torch
-
     from rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state
     from rl.data import SessionCursor, load_starts
     from rl.distributed import gather_objects, init_process_group, make_rollout_runner, shard
