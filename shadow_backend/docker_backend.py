@@ -228,7 +228,15 @@ class DockerWorkspace:
         return self._files.list_files(path)
 
     def diff(self) -> str:
-        return self._files.diff()
+        diff = self._files.diff()
+        if self._uid != os.geteuid():
+            # Host git just stored objects: let the container user add to the directories it made.
+            objects = os.path.join(self.root, ".git", "objects")
+            with os.scandir(objects) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False) and entry.stat().st_uid != self._uid:
+                        os.chown(entry.path, self._uid, self._gid)
+        return diff
 
     # -- commands: inside the container ---------------------------------------------------
     def run(self, command: str | Sequence[str], *, timeout_s: float) -> CommandResult:

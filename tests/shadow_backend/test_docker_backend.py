@@ -104,3 +104,15 @@ def test_bad_settings_are_refused(small_repo: Path) -> None:
         DockerConfig(mem_limit="lots")
     with pytest.raises(WorkspaceError, match="build-image"):
         DockerBackend.create(small_repo, image="recap-no-such-image")
+
+
+def test_container_git_works_after_host_side_diffs(small_repo: Path) -> None:
+    with DockerBackend.create(small_repo) as ws:
+        for i in range(10):
+            ws.write_bytes(f"gen/f{i}.txt", f"content {i}\n".encode())
+        assert "b/gen/f9.txt" in ws.diff()  # host git stores objects here
+        done = ws.run("git add -A && git -c user.name=a -c user.email=b commit -qm agent && git log --format=%s",
+                      timeout_s=30)
+        assert done.exit_code == 0, done.stderr
+        assert done.stdout.splitlines() == ["agent", "start", "base"]
+        assert "b/gen/f9.txt" in ws.diff()
