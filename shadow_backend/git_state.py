@@ -10,7 +10,10 @@ Two sides:
   agent sees no history it was not given. Its git commands ignore the user's global and system
   config and use a fixed identity and date, so the same trees always give the same commit ids.
 
-Submodules (gitlinks) are left out of the workspace.
+Limits: submodules (gitlinks) are left out of the workspace; clean/smudge filters (Git LFS, eol
+conversion) are not applied, files are taken as the bytes on disk, so a repository whose working
+files differ from their blobs through a filter shows those files as changed in `base_diff`. A path
+inside a repository stands for the whole repository (its top level).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ Commands run with the root as cwd, in their own session and process group, with 
 environment, a memory limit (RLIMIT_DATA) and a process-count limit (RLIMIT_NPROC; the kernel
 does not apply it to root), and output bounded while it is read. When bubblewrap works they run
 in `bwrap` with the host read-only, only the workspace and its home writable, a private /tmp, PID
-namespace and (unless `network=True`) no network; `origin.sandbox` says which applies.
+namespace and (unless `network=True`) no network; `origin.sandbox` says which applies. Commands
+can still *read* the host (tools on PATH, the user's virtualenv); they can't write outside the
+workspace and its home.
 """
 
 from __future__ import annotations
