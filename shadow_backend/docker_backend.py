@@ -36,6 +36,7 @@ from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import CommandResult, WorkspaceOrigin
 from shadow_backend import gc
 from shadow_backend.image import DEFAULT_IMAGE, USER_UID, WORKDIR, docker_client, image_exists
+from shadow_backend.local import BoundedCapture, LocalBackend
 
 log = logging.getLogger(__name__)
 
@@ -94,32 +95,6 @@ _COMMAND_ENV = {
     "GIT_PAGER": "cat", "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1",
 }
 """What commands see besides the image's PATH: the same variables as in a local workspace."""
-
-
-class _BoundedBuffer:
-    """Keeps the first and last `limit // 2` bytes of a stream and counts the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.dropped = 0
-
-    def add(self, chunk: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            extra = len(self.tail) - self.half
-            if extra > 0:
-                del self.tail[:extra]
-                self.dropped += extra
-
-    def text(self) -> str:
-        middle = f"\n[... {self.dropped} bytes of output dropped ...]\n".encode() if self.dropped else b""
-        return bytes(self.head + middle + self.tail).decode("utf-8", errors="replace")
 
 
 def _exec_user() -> tuple[int, int]:
@@ -256,14 +231,14 @@ class DockerWorkspace:
             self._container.id, argv, user=f"{self._uid}:{self._gid}", workdir=WORKDIR,
             environment=_COMMAND_ENV,
         )["Id"]
-        out, err = _BoundedBuffer(self.config.max_output_bytes), _BoundedBuffer(self.config.max_output_bytes)
+        out, err = BoundedCapture(self.config.max_output_bytes), BoundedCapture(self.config.max_output_bytes)
 
         def pump() -> None:
             for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
                 if chunk_out:
-                    out.add(chunk_out)
+                    out.feed(chunk_out)
                 if chunk_err:
-                    err.add(chunk_err)
+                    err.feed(chunk_err)
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
@@ -355,8 +330,6 @@ class DockerBackend:
 
         Raises: WorkspaceError (no daemon, no image, repository problems); ConfigError.
         """
-        from shadow_backend.local import LocalBackend
-
         config = config or DockerConfig(image=image, cpus=cpus, mem_limit=mem_limit, pids_limit=pids_limit)
         client = _startup(config)
         return DockerWorkspace(LocalBackend.create(repo, buffers=buffers), config, client)
@@ -364,8 +337,6 @@ class DockerBackend:
     @staticmethod
     def from_origin(origin: WorkspaceOrigin, *, config: DockerConfig | None = None) -> DockerWorkspace:
         """A workspace in exactly the start state `origin` describes (for replay)."""
-        from shadow_backend.local import LocalBackend
-
         config = config or DockerConfig()
         client = _startup(config)
         return DockerWorkspace(LocalBackend.from_origin(origin), config, client)
