@@ -205,8 +205,7 @@ class ContextManager:
             return msgs, self._count(msgs, specs)
 
         lo, hi = 0, len(st.turns)
-        msgs, tokens = measure(hi)
-        if tokens > budget:
+        if measure(hi)[1] > budget:
             return None
         while lo < hi:
             mid = (lo + hi) // 2
