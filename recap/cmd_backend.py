@@ -115,7 +115,7 @@ def _sample(
     from harness.errors import RecapError
     from harness.policies import load_policy
     from harness.session import read_session
-    from shadow_backend.replay import _config_of, sample_rollouts
+    from shadow_backend.replay import session_config, sample_rollouts
 
     console = _console()
     rows = []
@@ -125,7 +125,7 @@ def _sample(
             policy = (lambda: load_policy(model)) if model.startswith("scripted:") else load_policy(model)
         for path in sessions:
             session = read_session(path)
-            config = _config_of(session).with_overrides(max_steps=max_steps)
+            config = session_config(session).with_overrides(max_steps=max_steps)
             with console.status(f"{path}: sampling {samples} rollouts..."):
                 rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out)
             for r in rollouts:

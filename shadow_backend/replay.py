@@ -125,7 +125,8 @@ def origin_of(session: Session) -> WorkspaceOrigin:
                            buffers=dict(start.buffers))
 
 
-def _config_of(session: Session) -> Any:
+def session_config(session: Session) -> Any:
+    """The `harness.config.RecapConfig` a session recorded (defaults when it is unusable)."""
     from harness.config import RecapConfig
 
     try:
@@ -157,7 +158,7 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
     error = None
     if session.torn:
         error = f"{path}:{len(session.events) + 1}: truncated line (the file was cut mid-write); replayed the events before it"
-    registry = default_registry(command_timeout_s=_config_of(session).agent.command_timeout_s)
+    registry = default_registry(command_timeout_s=session_config(session).agent.command_timeout_s)
     counts = {"exact": 0, "normalized": 0, "skipped": 0, "observations": 0}
     divergences: list[Divergence] = []
     final_state: Literal["exact", "normalized", "diverged", "absent"] = "absent"
@@ -283,7 +284,7 @@ def sample_rollouts(
     if not isinstance(session, Session):
         session = read_session(session)
     start = session.start
-    config = config or _config_of(session)
+    config = config or session_config(session)
     base = rebuild_backend(backend, origin_of(session))
     try:
         workspaces = base.fork(n)
