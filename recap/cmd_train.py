@@ -73,17 +73,20 @@ def eval_(
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
     context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
+    overlong: str = typer.Option("mask", "--overlong", help="Episodes hitting the step/context limit: mask, penalize or ignore (match training)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write eval.json and the rollout sessions here."),
 ) -> None:
     """Score a policy on held-out sessions: pass rate and mean reward with 95% intervals."""
     from rich.console import Console
 
     from rl.evaluate import EvalConfig, evaluate, report_lines
+    from rl.rewards import RewardConfig
 
     report = evaluate(EvalConfig(
         sessions_dir=str(sessions), model=model, adapter=str(adapter) if adapter else None, samples=samples,
         temperature=temperature, seed=seed, max_episode_steps=max_episode_steps, max_new_tokens=max_new_tokens,
-        max_context_tokens=context_window, out=str(out) if out else None,
+        max_context_tokens=context_window, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
+        out=str(out) if out else None,
     ))
     console = Console()
     for line in report_lines(report):
