@@ -266,7 +266,11 @@ class ContextManager:
             return False
         if self._count(self._messages(st), self.normal) <= self.summarize_at_tokens:
             return False
-        return self._summary_budget(st)[1] > 0
+        budget, room = self._summary_budget(st)
+        if room <= 0:
+            logger.warning("no room for a summary: the fixed prompt (system, task, tool specs) takes %d tokens, "
+                           "summarize_at is %d; raise context.summarize_at", budget, self.summarize_at_tokens)
+        return room > 0
 
     def _summary_budget(self, st: _State) -> tuple[int, int]:
         """(token budget of the post-summary context, room for the summary in it).
