@@ -19,8 +19,13 @@ WINDOW = 2048
 
 
 @pytest.fixture
-def ws(workspace_of, make_repo):
-    return workspace_of(make_repo({"README.md": "hello\n"}))
+def ws(make_repo):
+    """A local workspace: the subject here is the context manager, not the backend."""
+    from shadow_backend.local import LocalBackend
+
+    workspace = LocalBackend.create(make_repo({"README.md": "hello\n"}))
+    yield workspace
+    workspace.close()
 
 
 def run(ws, turns, *, window=WINDOW, max_new_tokens=64, **context):
