@@ -215,14 +215,21 @@ class DockerWorkspace:
 
     # -- commands: inside the container ---------------------------------------------------
     def run(self, command: str | Sequence[str], *, timeout_s: float) -> CommandResult:
-        """Run `command` in the container with /workspace as cwd (see `Workspace.run`)."""
+        """Run `command` in the container with /workspace as cwd (see `Workspace.run`).
+
+        Raises: WorkspaceError when the workspace is closed or the container is gone."""
         if self._closed:
             raise WorkspaceError("the workspace is closed")
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s={timeout_s} must be positive")
+        import docker.errors
+
         inner = ["bash", "-c", command] if isinstance(command, str) else list(command)
         with self._run_lock:
-            return self._run(["bash", "-c", _WRAPPER, "recap", *inner], timeout_s)
+            try:
+                return self._run(["bash", "-c", _WRAPPER, "recap", *inner], timeout_s)
+            except docker.errors.DockerException as exc:
+                raise WorkspaceError(f"container {self.container_name} failed to run the command: {exc}") from None
 
     def _run(self, argv: list[str], timeout_s: float) -> CommandResult:
         api = self._client.api

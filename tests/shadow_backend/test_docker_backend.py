@@ -116,3 +116,10 @@ def test_container_git_works_after_host_side_diffs(small_repo: Path) -> None:
         assert done.exit_code == 0, done.stderr
         assert done.stdout.splitlines() == ["agent", "start", "base"]
         assert "b/gen/f9.txt" in ws.diff()
+
+
+def test_a_vanished_container_is_a_workspace_error(small_repo: Path) -> None:
+    with DockerBackend.create(small_repo) as ws:
+        docker_client().containers.get(ws.container_name).remove(force=True)
+        with pytest.raises(WorkspaceError, match="failed to run"):
+            ws.run("true", timeout_s=10)
