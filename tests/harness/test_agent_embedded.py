@@ -12,17 +12,21 @@ from test_agent_support import TOOLS
 
 
 @pytest.mark.embedded
-def test_embedded_model_summarizes_and_keeps_going(workspace_of, make_repo):
+def test_embedded_model_summarizes_and_keeps_going(make_repo):
     from harness.policies import load_policy
+    from shadow_backend.local import LocalBackend
 
     policy = load_policy("embedded", context_window=1400, temperature=0.0)
-    ws = workspace_of(make_repo({"notes.txt": "alpha beta gamma\n" * 40, "app.py": "x = 1\n"}))
+    ws = LocalBackend.create(make_repo({"notes.txt": "alpha beta gamma\n" * 40, "app.py": "x = 1\n"}))
     config = RecapConfig(
         agent=AgentConfig(max_steps=6, max_new_tokens=48, summary_max_new_tokens=64),
         context=ContextConfig(summarize_at=900, hard_limit=1300, keep_recent=1, max_summaries=2),
     )
     agent = Agent(policy=policy, workspace=ws, tools=TOOLS, config=config)
-    result = agent.run("Read notes.txt, then print 60 words with emit, then set x = 2 in app.py.")
+    try:
+        result = agent.run("Read notes.txt, then print 60 words with emit, then set x = 2 in app.py.")
+    finally:
+        ws.close()
 
     turns = [e for e in result.events if isinstance(e, PolicyTurn)]
     summaries = [e for e in result.events if isinstance(e, Summary)]
