@@ -136,7 +136,6 @@ class DockerWorkspace:
         self.origin: WorkspaceOrigin = replace(files.origin, sandbox=config.sandbox)
         _hand_over(files.root, self._uid, self._gid)
         owner = gc.owner_record()
-        gc.claim_dir(gc.workspace_dir(files))
         try:
             self._container = client.containers.run(
                 config.image,
@@ -165,7 +164,6 @@ class DockerWorkspace:
             )
         except Exception as exc:
             files.close()
-            gc.release_dir(gc.workspace_dir(files))
             raise WorkspaceError(f"could not start a container of image {config.image!r}: {exc}") from None
 
     # -- files: host-side, the local backend's semantics ------------------------------------
@@ -294,7 +292,6 @@ class DockerWorkspace:
         except docker.errors.NotFound:
             pass
         self._files.close()
-        gc.release_dir(gc.workspace_dir(self._files))
 
     def __enter__(self) -> "DockerWorkspace":
         return self

@@ -63,11 +63,6 @@ def claim_dir(path: str | os.PathLike[str]) -> None:
     Path(str(path) + OWNER_SUFFIX).write_text(json.dumps(owner_record()))
 
 
-def workspace_dir(workspace: Any) -> Path:
-    """The temp directory holding a workspace (its root's parent: `recap-ws-XXXX/<name>`)."""
-    return Path(workspace.root).parent
-
-
 def release_dir(path: str | os.PathLike[str]) -> None:
     """Remove the directory `path` and its owner record. Missing ones are fine."""
     shutil.rmtree(path, ignore_errors=True)

@@ -37,7 +37,7 @@ from typing import Literal, Sequence
 
 from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import CommandResult, WorkspaceOrigin, confine
-from shadow_backend import git_state
+from shadow_backend import gc, git_state
 
 logger = logging.getLogger(__name__)
 
@@ -212,6 +212,7 @@ class LocalWorkspace:
         self.origin = dataclasses.replace(origin, sandbox=_sandbox_words(self._bwrap, network, config))
         self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
         self._closed = False
+        gc.claim_dir(tmp)  # so that `recap backend gc` removes it if this process dies
 
     # --- Workspace protocol ---------------------------------------------------------------
 
@@ -283,6 +284,7 @@ class LocalWorkspace:
             self._closed = True
             self._git.close()
             _force_rmtree(self._tmp)
+            gc.release_dir(self._tmp)
 
     # --- beyond the protocol --------------------------------------------------------------
 
@@ -342,6 +344,9 @@ class LocalWorkspace:
                 "--bind", str(self._root), str(self._root), "--bind", str(self._home), str(self._home),
                 "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
                 "--chdir", str(self._root)]
+        user_git = Path(self.origin.repo) / ".git"
+        if user_git.is_dir():  # the user's history is no answer source: hide it (the workspace's own is sealed)
+            argv += ["--tmpfs", str(user_git)]
         if not self.network:
             argv.append("--unshare-net")
         return argv + ["--"]

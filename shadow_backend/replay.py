@@ -27,7 +27,6 @@ from typing import Any, Callable, Iterable, Literal
 from harness.errors import ConfigError, RecapError, SessionFormatError
 from harness.session import Observation, Session, SessionWriter, read_session
 from harness.workspace import WorkspaceOrigin
-from shadow_backend import gc
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +166,6 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
     except RecapError as exc:
         return ReplayResult(path=str(path), session_id=session.start.session_id,
                             error=f"{path}: cannot rebuild the start state: {exc}", duration_s=time.monotonic() - started)
-    gc.claim_dir(gc.workspace_dir(workspace))  # so that `recap backend gc` cleans up after a crash
     try:
         roots = (workspace.root,)
         for obs in session.of_type(Observation):
@@ -194,7 +192,6 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
         error = f"{path}: replay failed: {exc}"
     finally:
         workspace.close()
-        gc.release_dir(gc.workspace_dir(workspace))
     return ReplayResult(
         path=str(path), session_id=session.start.session_id, observations=counts["observations"],
         exact=counts["exact"], normalized=counts["normalized"], skipped=counts["skipped"], final_diff=final_state,
@@ -290,8 +287,6 @@ def sample_rollouts(
         workspaces = base.fork(n)
     finally:
         base.close()
-    for workspace in workspaces:
-        gc.claim_dir(gc.workspace_dir(workspace))
     rollouts = []
     try:
         for index, workspace in enumerate(workspaces):
@@ -314,5 +309,4 @@ def sample_rollouts(
     finally:
         for workspace in workspaces:
             workspace.close()
-            gc.release_dir(gc.workspace_dir(workspace))
     return rollouts

@@ -74,6 +74,16 @@ def test_host_is_read_only_and_tmp_is_private(repo: Path, tmp_path: Path) -> Non
     assert not marker.exists() and (repo / "a.txt").read_text() == "a\n" and not host_tmp.exists()
 
 
+def test_user_history_is_hidden_from_commands(repo: Path) -> None:
+    # the user's .git is an answer source (RL) and none of the agent's business: it is an empty tmpfs
+    with LocalBackend.create(repo) as ws:
+        hidden = ws.run(f"ls -A {repo}/.git; git -C {repo} log --oneline", timeout_s=30)
+        own = ws.run("git log --oneline", timeout_s=30)
+    assert hidden.stdout == "" and hidden.exit_code != 0
+    assert [line.split(" ", 1)[1] for line in own.stdout.splitlines()] == ["start", "base"]
+    assert (repo / ".git" / "HEAD").exists()
+
+
 def test_environment_is_scrubbed(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECAP_TEST_SECRET", "hunter2")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter3")
