@@ -62,7 +62,8 @@ class RunResult:
 
 
 def _signature(turn: PolicyTurn) -> tuple[Any, ...]:
-    """What the loop guard compares: the calls with canonical arguments (or the text when none)."""
+    """What the loop guard compares: the calls with canonical arguments; the text as well when some
+    call could not be parsed (two different broken calls share their error message)."""
     def canonical(arguments: str) -> str:
         try:
             return json.dumps(json.loads(arguments), sort_keys=True)
@@ -70,7 +71,7 @@ def _signature(turn: PolicyTurn) -> tuple[Any, ...]:
             return arguments
 
     calls = tuple((c.name, canonical(c.arguments)) for c in turn.tool_calls)
-    return calls + tuple(turn.parse_errors) if calls or turn.parse_errors else ("<text>", turn.text)
+    return calls if calls and not turn.parse_errors else (calls, turn.text)
 
 
 class Agent:

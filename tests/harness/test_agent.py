@@ -80,6 +80,14 @@ def test_loop_guard_counts_only_consecutive_repeats(ws):
     assert result.stop_reason == "finish"
 
 
+def test_loop_guard_tells_different_broken_calls_apart(ws):
+    cut = ['<tool_call>\n{"name": "emit", "arguments": {"size": ' + str(i) for i in range(3)]
+    result, _ = run(ws, [*cut, call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    assert result.stop_reason == "finish"
+    result, _ = run(ws, [cut[0]] * 3 + [call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    assert result.stop_reason == "loop_guard"
+
+
 def test_max_steps(ws):
     turns = [call("emit", size=i) for i in range(10)]
     result, policy = run(ws, turns, config=RecapConfig(agent=AgentConfig(max_steps=4)))
