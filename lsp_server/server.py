@@ -320,7 +320,10 @@ class RecapServer(LanguageServer):
             return {**refused, "message": "the session proposes no change"}
         caps = self.client_capabilities.workspace
         edit_caps = caps.workspace_edit if caps is not None else None
-        if caps is None or not caps.apply_edit or edit_caps is None or not edit_caps.document_changes:
+        # resource operations exist only inside documentChanges, so a client that lists them takes
+        # documentChanges even when it does not say so (Neovim 0.11)
+        takes_document_changes = edit_caps is not None and bool(edit_caps.document_changes or edit_caps.resource_operations)
+        if caps is None or not caps.apply_edit or not takes_document_changes:
             return {**refused, "message": "this editor cannot apply versioned workspace edits "
                                           "(workspace.applyEdit with documentChanges); apply recap.proposal's diff instead"}
         plan = edits.plan_edit(

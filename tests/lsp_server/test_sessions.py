@@ -12,7 +12,7 @@ import pytest
 from lsprotocol import types
 
 from harness.session import SessionStart, Verdict, read_session
-from lsp_helpers import call, script
+from lsp_helpers import CAPABILITIES, call, script
 
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
 ORIGINAL = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -305,3 +305,17 @@ async def test_accept_says_so_when_the_editor_cannot_apply_workspace_edits(start
     assert result["applied"] is False and "cannot apply versioned workspace edits" in result["message"]
     assert editor.edits == [] and editor.client.progress_reports == {}  # no progress either: not supported
     assert (await editor.command("recap.status", {"session": session}))["state"] == "finished"
+
+
+async def test_a_client_listing_resource_operations_gets_document_changes(start_editor, repo: Path, tmp_path: Path) -> None:
+    # Neovim 0.11 lists resourceOperations but not documentChanges, and applies documentChanges
+    neovim_like = CAPABILITIES.workspace.workspace_edit
+    capabilities = types.ClientCapabilities(
+        workspace=types.WorkspaceClientCapabilities(apply_edit=True, configuration=True,
+            workspace_edit=types.WorkspaceEditClientCapabilities(resource_operations=neovim_like.resource_operations)),
+        window=CAPABILITIES.window)
+    editor = await start_editor(repo, capabilities=capabilities, model=fix_script(tmp_path))
+    session = await editor.run("fix add")
+    assert await editor.wait_state(session, "finished", "failed") == "finished"
+    result = await editor.command("recap.accept", {"session": session, "files": ["calc.py"]})
+    assert result["applied"] is True and (repo / "calc.py").read_text() == FIXED
