@@ -190,7 +190,6 @@ def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dic
     """
     import torch
 
-    from harness.policies.grammar import replay_masks
     from rl.loss import token_logprobs
 
     device = next(policy.model.parameters()).device
@@ -208,7 +207,7 @@ def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dic
         if not turn.constrained:
             continue
         specs = [tool_specs[row][name] for name in turn.offered_tools if name in tool_specs[row]]
-        masks = replay_masks(policy.tokenizer, specs, turn.completion_ids, grammar=policy._grammar_for())
+        masks = policy.constrained_masks(specs, turn.completion_ids)
         p, c = int(batch.prompt_lengths[row]), len(turn.completion_ids)
         allowed = masks[:, : logits.shape[-1]].to(device)
         out[row, p : p + c] = token_logprobs(logits[row, p - 1 - first : p + c - 1 - first], ids[row, p : p + c], allowed=allowed)
