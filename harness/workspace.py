@@ -77,6 +77,11 @@ class Workspace(Protocol):
         """
         ...
 
+    def interrupt(self) -> None:
+        """Kill the commands running now; callable from any thread (cancelling a session
+        mid-command). Each interrupted `run` returns what its command printed so far."""
+        ...
+
     def diff(self) -> str:
         """Unified diff (git format, `a/` `b/` prefixes) of the current state against the start state."""
         ...

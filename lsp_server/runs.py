@@ -84,6 +84,16 @@ class EditorSession:
     """Clear while a worker thread runs this session (set again once its workspace is closed)."""
     log: Any = None
     accepted: dict[str, list[str]] = field(default_factory=dict)
+    workspace: Any = None
+    """The shadow workspace while the worker runs (None before and after)."""
+
+    def stop(self) -> None:
+        """Cancel the run from any thread: the agent stops before its next step, and a command
+        running now is killed (its workspace's `interrupt`)."""
+        self.cancel.set()
+        workspace = self.workspace
+        if workspace is not None:
+            workspace.interrupt()
 
     def status(self) -> dict[str, Any]:
         """`SessionStatus` of `docs/lsp-protocol.md`."""
@@ -186,7 +196,7 @@ def execute(
         loaded = policy()
         if session.cancel.is_set():
             return RunOutcome("cancelled", "cancelled before the start", None)
-        workspace = open_workspace()
+        workspace = session.workspace = open_workspace()
         log = open_log()
         agent = Agent(policy=loaded, workspace=workspace, config=config, log=log, on_event=on_event, cancel=session.cancel)
         result = agent.run(
@@ -213,6 +223,7 @@ def execute(
         logger.exception("session %s crashed", session.id)
         return RunOutcome("failed", f"internal error: {type(exc).__name__}: {exc}", None, log)
     finally:
+        session.workspace = None
         if workspace is not None:
             workspace.close()
         session.idle.set()

@@ -221,7 +221,7 @@ class RecapServer(LanguageServer):
         try:
             outcome = await self._in_thread(session, options, config, on_event)
         except asyncio.CancelledError:  # the connection is going away: stop the worker too
-            session.cancel.set()
+            session.stop()
             raise
         session.proposal, session.log = outcome.proposal, outcome.log
         self._finish(session, outcome.state, outcome.message)
@@ -293,7 +293,7 @@ class RecapServer(LanguageServer):
 
     async def cancel(self, session: EditorSession) -> None:
         """Stop a running session and wait (up to CANCEL_WAIT_S) for its worker to close the workspace."""
-        session.cancel.set()
+        session.stop()
         run = self._runs.get(session.id)
         if run is not None:
             await asyncio.wait({run}, timeout=CANCEL_WAIT_S)
@@ -301,7 +301,7 @@ class RecapServer(LanguageServer):
     def cancel_token(self, token: str | int) -> None:
         for session in self.sessions.values():
             if session.progress_token == token and session.state == "running":
-                session.cancel.set()
+                session.stop()
 
     # ---- verdicts -----------------------------------------------------------------------------
 
@@ -386,6 +386,6 @@ class RecapServer(LanguageServer):
         """On `shutdown`: cancel every run (their workers close their workspaces) and close the logs."""
         self._stopping = True
         for session in self.sessions.values():
-            session.cancel.set()
+            session.stop()
             if session.log is not None and session.state != "running":  # a running worker still writes its Final
                 session.log.close()

@@ -257,6 +257,16 @@ class DockerWorkspace:
         exit_code = -9 if timed_out or code is None else int(code)
         return CommandResult(exit_code, out.text(), err.text(), timed_out, duration)
 
+    def interrupt(self) -> None:
+        """Kill the commands running now (from any thread); each `run` then returns what its command
+        printed so far. For cancelling a session mid-command."""
+        import docker.errors
+
+        try:
+            self._kill_user_processes()
+        except docker.errors.DockerException:  # closed meanwhile: nothing runs any more
+            pass
+
     def _kill_user_processes(self) -> None:
         """SIGKILL every process of the command user in the container (the kill itself excepted)."""
         api = self._client.api

@@ -131,8 +131,9 @@ def _limits_preexec(config: LocalConfig):
 
 
 def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
-                 config: LocalConfig) -> CommandResult:
-    """Run `argv` in a new session; kill its process group on timeout and once it has exited."""
+                 config: LocalConfig, running: set[int]) -> CommandResult:
+    """Run `argv` in a new session; kill its process group on timeout, once it has exited, and when
+    anything (Ctrl-C) interrupts the wait. `running` holds the group id while it may be killed."""
     started = time.monotonic()
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -140,40 +141,52 @@ def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: 
                                 preexec_fn=_limits_preexec(config))
     except OSError as exc:
         return CommandResult(126, "", f"cannot start {argv[0]}: {exc.strerror}", False, time.monotonic() - started)
+    running.add(proc.pid)
+    try:
+        out, err, timed_out = _collect(proc, limit=started + timeout_s, config=config)
+    finally:
+        running.discard(proc.pid)
+        try:  # the leader is not reaped yet, so its group id can't have been reused
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        exit_code = proc.wait()
+    return CommandResult(exit_code, out, err, timed_out, time.monotonic() - started)
+
+
+def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig) -> tuple[str, str, bool]:
+    """Read a started command's stdout and stderr until it exits (and its pipes close) or the
+    monotonic deadline `limit`. Returns (stdout, stderr, timed_out); does not reap the process."""
     captures = {proc.stdout: BoundedCapture(config.max_output_bytes), proc.stderr: BoundedCapture(config.max_output_bytes)}
     pidfd = os.pidfd_open(proc.pid)  # readable once the main process exits (it is not reaped)
-    limit = started + timeout_s
     open_streams, exited, timed_out = len(captures), False, False
-    with selectors.DefaultSelector() as selector:
-        selector.register(pidfd, selectors.EVENT_READ, None)
-        for stream, capture in captures.items():
-            os.set_blocking(stream.fileno(), False)
-            selector.register(stream, selectors.EVENT_READ, capture)
-        while open_streams or not exited:
-            now = time.monotonic()
-            if now >= limit:
-                timed_out = not exited
-                break
-            for key, _ in selector.select(timeout=limit - now):
-                if key.data is None:
-                    exited = True
-                    selector.unregister(pidfd)
-                    limit = min(limit, time.monotonic() + _DRAIN_GRACE_S)  # leftovers may hold the pipes
-                elif chunk := os.read(key.fd, 65536):
-                    key.data.feed(chunk)
-                else:
-                    selector.unregister(key.fileobj)
-                    open_streams -= 1
-    try:  # the leader is not reaped yet, so its group id can't have been reused
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    exit_code = proc.wait()
-    os.close(pidfd)
-    for stream in captures:
-        stream.close()
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(pidfd, selectors.EVENT_READ, None)
+            for stream, capture in captures.items():
+                os.set_blocking(stream.fileno(), False)
+                selector.register(stream, selectors.EVENT_READ, capture)
+            while open_streams or not exited:
+                now = time.monotonic()
+                if now >= limit:
+                    timed_out = not exited
+                    break
+                for key, _ in selector.select(timeout=limit - now):
+                    if key.data is None:
+                        exited = True
+                        selector.unregister(pidfd)
+                        limit = min(limit, time.monotonic() + _DRAIN_GRACE_S)  # leftovers may hold the pipes
+                    elif chunk := os.read(key.fd, 65536):
+                        key.data.feed(chunk)
+                    else:
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+    finally:
+        os.close(pidfd)
+        for stream in captures:
+            stream.close()
     out, err = (c.text() for c in captures.values())
-    return CommandResult(exit_code, out, err, timed_out, time.monotonic() - started)
+    return out, err, timed_out
 
 
 def _force_rmtree(path: Path) -> None:
@@ -212,6 +225,7 @@ class LocalWorkspace:
         self.origin = dataclasses.replace(origin, sandbox=_sandbox_words(self._bwrap, network, config))
         self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
         self._closed = False
+        self._running: set[int] = set()
         gc.claim_dir(tmp)  # so that `recap backend gc` removes it if this process dies
 
     # --- Workspace protocol ---------------------------------------------------------------
@@ -274,7 +288,17 @@ class LocalWorkspace:
             return CommandResult(127, "", f"command not found: {argv[0] if argv else '(empty)'}", False, 0.0)
         if self._bwrap:
             argv = self._bwrap_argv() + argv
-        return _run_process(argv, cwd=self._root, env=env, timeout_s=timeout_s, config=self.config)
+        return _run_process(argv, cwd=self._root, env=env, timeout_s=timeout_s, config=self.config,
+                            running=self._running)
+
+    def interrupt(self) -> None:
+        """Kill the process groups of the commands running now (from any thread); each `run` then
+        returns what its command printed so far. For cancelling a session mid-command."""
+        for pgid in list(self._running):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def diff(self) -> str:
         return self._git.diff_worktree(self.start_commit)

@@ -60,6 +60,9 @@ class MemoryWorkspace:
     def run(self, command: str | Sequence[str], *, timeout_s: float) -> CommandResult:
         return CommandResult(127, "", "no programs in memory", False, 0.0)
 
+    def interrupt(self) -> None:
+        pass  # nothing ever runs
+
     def diff(self) -> str:
         return ""
 

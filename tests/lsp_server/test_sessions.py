@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from pathlib import Path
 
 import pytest
 from lsprotocol import types
 
-from harness.session import SessionStart, Verdict, read_session
+from harness.session import Observation, SessionStart, Verdict, read_session
 from lsp_helpers import CAPABILITIES, call, script
 
 FIXED = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -275,6 +276,21 @@ async def test_a_self_summary_shows_in_progress_events_and_status(start_editor, 
     assert (status["step"], status["summaries"]) == (2, 1)
     start = read_session(tmp_path / "sessions" / f"{session}.jsonl").start
     assert (start.config["context"]["summarize_at"], start.config["context"]["hard_limit"]) == (2500, 4000)
+
+
+async def test_cancel_kills_the_command_running_now(start_editor, repo: Path, tmp_path: Path) -> None:
+    long = script(tmp_path, [call("run_command", command="echo started; sleep 600", timeout_s=600)])
+    editor = await start_editor(repo, model=long)
+    session = await editor.run("sleep for ten minutes")
+    await editor.wait_for(lambda: editor.session_events(session, "policy_turn"))
+    await asyncio.sleep(1.0)  # the command is running now
+    started = time.monotonic()
+    result = await editor.command("recap.cancel", {"session": session})
+    assert result == {"session": session, "state": "cancelled"}
+    assert time.monotonic() - started < 8  # not the 600 s of the command, nor the 10 s cancel wait
+    log = read_session(tmp_path / "sessions" / f"{session}.jsonl")
+    (obs,) = log.of_type(Observation)
+    assert "started" in obs.output and log.final.stop_reason == "cancelled"
 
 
 async def test_a_server_stopped_mid_run_leaves_no_workspace_behind(start_editor, repo: Path, tmp_path: Path) -> None:

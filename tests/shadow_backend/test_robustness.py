@@ -4,6 +4,7 @@ or opens a network socket is stopped or refused, and the workspace and the host 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -50,6 +51,19 @@ def test_sleep_forever_is_killed_with_its_whole_tree(shared_workspace: Workspace
     assert result.timed_out is True
     assert result.exit_code < 0
     assert time.monotonic() - started < 10
+    assert _gone(marker) == []
+    _still_works(shared_workspace)
+
+
+def test_interrupt_kills_the_running_command_from_another_thread(shared_workspace: Workspace) -> None:
+    marker = f"{uuid.uuid4().int % 10**6}.25"
+    timer = threading.Timer(1.5, shared_workspace.interrupt)
+    timer.start()
+    started = time.monotonic()
+    result = shared_workspace.run(f"echo before; sleep {marker}00", timeout_s=300)
+    timer.join()
+    assert time.monotonic() - started < 30 and result.timed_out is False
+    assert result.exit_code != 0 and result.stdout == "before\n"
     assert _gone(marker) == []
     _still_works(shared_workspace)
 
