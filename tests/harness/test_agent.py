@@ -62,7 +62,7 @@ def test_malformed_calls_become_counted_readable_observations(ws, turn, kind, sa
     assert [o.error_kind for o in errors] == [kind]
     assert says in errors[0].output
     # the next prompt shows the error to the model, headed by its observation id
-    assert f"[obs 1]" in policy.calls[1].messages[-1]["content"]
+    assert "[obs 1]" in policy.calls[1].messages[-1]["content"]
     assert says in policy.calls[1].messages[-1]["content"]
 
 
