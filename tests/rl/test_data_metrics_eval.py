@@ -1,10 +1,9 @@
-import json
 
 import pytest
 
 from harness.errors import ConfigError, SessionFormatError
 from rl.data import SessionCursor, load_starts, split_sessions
-from rl.evaluate import bootstrap_interval, report_lines, wilson_interval
+from rl.evaluate import bootstrap_interval, wilson_interval
 from rl.metrics import MetricsWriter, plot_run, read_metrics
 
 

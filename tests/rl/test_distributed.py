@@ -3,7 +3,6 @@ OpenAI-compatible endpoint that receives each new LoRA adapter."""
 
 from pathlib import Path
 
-import pytest
 
 from rl.rewards import RewardConfig
 from rl.train import TrainConfig, load_trainable_policy, train
