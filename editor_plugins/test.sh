@@ -35,7 +35,7 @@ vscode() {
   npm run typecheck              # tsc --noEmit over src/ and test/
   npm run build                  # esbuild bundle -> dist/extension.js
   npm run package                # vsce -> dist/recap.vsix
-  unzip -l dist/recap.vsix | grep -q "extension/dist/extension.js"
+  "$RECAP_PYTHON" -c 'import sys, zipfile; sys.exit("extension/dist/extension.js" not in zipfile.ZipFile("dist/recap.vsix").namelist())' 
   npm test                       # tsc -> out/, node --test: unit tests + e2e against recap serve
 }
 
@@ -46,7 +46,7 @@ nvim_plugin() {
     nvim="$bin/nvim"
     [[ -x "$nvim" ]] || nvim=nvim
   fi
-  "$nvim" --version | head -n 1
+  "$nvim" --version | sed -n 1p   # sed reads to the end: no SIGPIPE under pipefail
   cd "$here/nvim"
   "$nvim" --clean --headless -l tests/unit.lua
   "$nvim" --clean --headless -l tests/e2e.lua
