@@ -137,15 +137,20 @@ class Agent:
         reference_diff: str | None = None,
         adapter_id: str | None = None,
         meta: dict[str, Any] | None = None,
+        session_id: str | None = None,
     ) -> RunResult:
         """Run the episode to its end. Never raises for what happens inside the episode: the
-        outcome is in `RunResult.stop_reason` and in the `Final` event."""
+        outcome is in `RunResult.stop_reason` and in the `Final` event (an unexpected exception
+        gives stop reason "error" with its text as the message).
+
+        `session_id` names the session in its `SessionStart` (default: a new id); the other options
+        are recorded there too (see `harness.session.SessionStart`)."""
         if self.events:
             raise RuntimeError("an Agent runs one episode; create a new one")
         origin = origin or getattr(self.workspace, "origin", None)
         started = time.perf_counter()
         self._emit(
-            SessionStart, schema_version=SCHEMA_VERSION, session_id=new_session_id(), source=source,
+            SessionStart, schema_version=SCHEMA_VERSION, session_id=session_id or new_session_id(), source=source,
             repo=origin.repo if origin else self.workspace.root,
             base_commit=origin.base_commit if origin else None, base_diff=origin.base_diff if origin else "",
             buffers=dict(origin.buffers) if origin else {}, sandbox=origin.sandbox if origin else "",
@@ -158,7 +163,8 @@ class Agent:
         except KeyboardInterrupt:
             stop, message = "cancelled", "interrupted"
         except Exception as exc:  # the run must end with a Final event whatever happened
-            logger.exception("agent run failed")
+            logger.info("agent run failed: %s: %s", type(exc).__name__, exc)
+            logger.debug("agent run failed", exc_info=True)
             stop, message = "error", f"{type(exc).__name__}: {exc}"
         turns = [e for e in self.events if isinstance(e, PolicyTurn)]
         final = self._emit(

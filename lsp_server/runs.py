@@ -204,6 +204,7 @@ def execute(
             origin=workspace.origin,
             source="lsp",
             adapter_id=session.adapter_id,
+            session_id=session.id,
             meta={"lsp_session": session.id, "model_spec": model_spec},
         )
         if result.stop_reason == "cancelled" or session.cancel.is_set():

@@ -13,17 +13,20 @@ session_app = typer.Typer(help="Read session files.", no_args_is_help=True)
 
 
 def _describe(event: Any) -> str | None:
-    """One progress line per event worth showing, or None."""
+    """One progress line (rich markup; every text from the model or a tool escaped) per event worth
+    showing, or None."""
+    from rich.markup import escape
+
     kind = event.type
     if kind == "policy_turn":
         if event.kind == "summary":
             return None
-        calls = ", ".join(f"{c.name}" for c in event.tool_calls) or "no tool call"
+        calls = escape(", ".join(c.name for c in event.tool_calls)) or "no tool call"
         return f"step {event.turn}: {calls} ({event.completion_tokens} tokens, {event.duration_s:.1f}s)"
     if kind == "observation":
         head = event.output.strip().splitlines()[0][:100] if event.output.strip() else ""
         mark = "[red]error[/red] " if event.is_error else ""
-        return f"  -> {mark}{event.name}: {head}"
+        return f"  -> {mark}{escape(event.name)}: {escape(head)}"
     if kind == "summary":
         cut = " (cut to fit)" if event.truncated else ""
         return (
@@ -43,18 +46,24 @@ def run(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for openai: specs."),
     adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter directory to load onto a local model."),
     backend: str = typer.Option("local", "--backend", help="Shadow backend: local or docker."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="A TOML config file ([agent], [context] sections)."),
+    config_file: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False, help="A TOML config file with agent and context tables."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many policy turns."),
     summarize_at: Optional[float] = typer.Option(None, "--summarize-at", help="Self-summary trigger: tokens, or a fraction of the window (<=1)."),
     hard_limit: Optional[float] = typer.Option(None, "--hard-limit", help="Above this (tokens or fraction) only prune and finish are offered."),
     keep_recent: Optional[int] = typer.Option(None, "--keep-recent", help="Turns kept verbatim after a summary."),
     max_summaries: Optional[int] = typer.Option(None, "--max-summaries", help="Cap on self-summaries per episode."),
-    verify: Optional[str] = typer.Option(None, "--verify", help="A command that checks the result (e.g. tests); recorded and scored."),
+    verify: Optional[str] = typer.Option(None, "--verify", help="A command run in the shadow workspace after the agent stops (e.g. the tests); its result is shown and logged."),
     sessions_dir: Optional[Path] = typer.Option(None, "--sessions-dir", help="Where the session file goes (default: ~/.local/share/recap/sessions)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a local model (0: greedy)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the final diff to --repo (only when asked)."),
 ) -> None:
-    """Run the agent on a shadow copy of REPO; print the proposed diff and the session file."""
+    """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
+
+    Exit status: 0 when the run ended normally (finish, step limit, loop guard), 1 when it failed
+    (policy or backend error, or --verify failed), 2 for bad input, 130 when interrupted.
+    """
     from rich.console import Console
+    from rich.markup import escape
 
     from harness.agent import Agent
     from harness.config import RecapConfig
@@ -62,9 +71,20 @@ def run(
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
     from shadow_backend import open_backend
+    from shadow_backend.scoring import score_workspace
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, highlight=False)
+
+    def fail(message: str, code: int = 2) -> typer.Exit:
+        console.print(f"[red]error:[/red] {escape(message)}")
+        return typer.Exit(code)
+
+    if not task.strip():
+        raise fail("the task is empty: say what the agent should do")
     repo = repo.resolve()
+    session_id = new_session_id()
+    path = (sessions_dir or default_sessions_dir()) / f"{session_id}.jsonl"
+    options = {"temperature": temperature} if temperature is not None else {}
     try:
         config = RecapConfig.load(
             config_file,
@@ -74,44 +94,65 @@ def run(
             keep_recent=keep_recent,
             max_summaries=max_summaries,
         )
-        with console.status(f"loading policy {model}..."):
-            policy = load_policy(model, endpoint=endpoint, api_key=api_key, adapter=str(adapter) if adapter else None)
-        with console.status(f"creating a {backend} shadow workspace of {repo}..."):
+        log = SessionWriter(path)
+    except (RecapError, OSError) as exc:
+        raise fail(str(exc)) from None
+    try:
+        with console.status(f"loading policy {escape(model)}..."):
+            policy = load_policy(model, endpoint=endpoint, api_key=api_key,
+                                 adapter=str(adapter) if adapter else None, **options)
+        with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
             workspace = open_backend(backend, repo)
     except RecapError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        log.close()
+        path.unlink(missing_ok=True)
+        raise fail(str(exc)) from None
 
-    path = (sessions_dir or default_sessions_dir()) / f"{new_session_id()}.jsonl"
-    log = SessionWriter(path)
-    console.print(f"[dim]workspace {workspace.root} ({workspace.origin.sandbox})[/dim]")
+    console.print(f"[dim]workspace {escape(workspace.root)} ({escape(workspace.origin.sandbox)})[/dim]")
 
     def on_event(event: Any) -> None:
         line = _describe(event)
         if line:
             console.print(line)
 
+    score: dict[str, Any] = {}
     try:
         with console.status("agent running... (Ctrl-C stops it)"):
             result = Agent(policy=policy, workspace=workspace, config=config, log=log, on_event=on_event).run(
-                task, verify=verify
+                task, session_id=session_id, verify=verify
             )
+        if verify and result.stop_reason != "cancelled":
+            with console.status(f"verifying: {escape(verify)}"):
+                score = score_workspace(workspace, diff=result.diff, verify=verify, reference_diff=None, log=log)
     finally:
         log.close()
         workspace.close()
 
-    console.print(f"[bold]stopped:[/bold] {result.stop_reason} after {result.steps} steps" + (f" — {result.message}" if result.message else ""))
+    ended = f"[bold]stopped:[/bold] {result.stop_reason} after {result.steps} steps"
+    console.print(ended + (f" — {escape(result.message)}" if result.message else ""))
+    if score:
+        counts = "" if score.get("tests_passed") is None else f" ({score['tests_passed']} passed, {score['tests_failed']} failed)"
+        verdict = "[green]passed[/green]" if score["verify_passed"] else "[red]failed[/red]"
+        console.print(f"verify {verdict}{counts}: {escape(verify or '')}")
     if result.diff:
         sys.stdout.write(result.diff if result.diff.endswith("\n") else result.diff + "\n")
     else:
         console.print("[yellow]no change proposed[/yellow]")
-    console.print(f"session: {path}")
+    console.print(f"session: {escape(str(path))}")
+    if result.stop_reason == "cancelled":
+        console.print("[yellow]interrupted: nothing applied[/yellow]" if apply else "[yellow]interrupted[/yellow]")
+        raise typer.Exit(130)
+    if result.stop_reason == "error":
+        raise typer.Exit(1)
     if apply and result.diff:
-        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=repo, input=result.diff.encode(), capture_output=True)
+        # the diff is relative to the repository's top level, which --repo may be below
+        top = workspace.origin.repo
+        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=top, input=result.diff.encode(), capture_output=True)
         if done.returncode != 0:
-            console.print(f"[red]could not apply the diff:[/red] {done.stderr.decode(errors='replace')}")
-            raise typer.Exit(1)
-        console.print(f"[green]applied to {repo}[/green]")
+            raise fail(f"could not apply the diff to {top}: {done.stderr.decode(errors='replace').strip()}", 1)
+        console.print(f"[green]applied to {escape(top)}[/green]")
+    if score and not score["verify_passed"]:
+        raise typer.Exit(1)
 
 
 @session_app.command("show")
