@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 tasks_app = typer.Typer(help="Make verifiable training tasks.", no_args_is_help=True)
+
+
+@contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn a RecapError (bad sessions folder, bad option, missing weights) into `error: ...` on stderr
+    and exit code 2, as `recap run` does, instead of a traceback."""
+    from harness.errors import RecapError
+
+    try:
+        yield
+    except RecapError as exc:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
 
 
 def train(
@@ -41,14 +58,15 @@ def train(
     from rl.train import TrainConfig, train as run_training
 
     console = Console()
-    cfg = TrainConfig(
-        sessions_dir=str(sessions), model=model, out_dir=str(out), steps=steps, group_size=group,
-        sessions_per_step=sessions_per_step, learning_rate=lr, advantage=advantage, kl_coef=kl_coef,  # type: ignore[arg-type]
-        lora_rank=lora_rank, lora_alpha=2 * lora_rank, temperature=temperature, max_episode_steps=max_episode_steps,
-        max_new_tokens=max_new_tokens, max_context_tokens=context_window, micro_batch_turns=micro_batch,
-        checkpoint_every=checkpoint_every, seed=seed, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
-        ray_address=ray, ray_workers=ray_workers, rollout_endpoint=rollout_endpoint,
-    )
+    with _user_errors():
+        cfg = TrainConfig(
+            sessions_dir=str(sessions), model=model, out_dir=str(out), steps=steps, group_size=group,
+            sessions_per_step=sessions_per_step, learning_rate=lr, advantage=advantage, kl_coef=kl_coef,  # type: ignore[arg-type]
+            lora_rank=lora_rank, lora_alpha=2 * lora_rank, temperature=temperature, max_episode_steps=max_episode_steps,
+            max_new_tokens=max_new_tokens, max_context_tokens=context_window, micro_batch_turns=micro_batch,
+            checkpoint_every=checkpoint_every, seed=seed, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
+            ray_address=ray, ray_workers=ray_workers, rollout_endpoint=rollout_endpoint,
+        )
 
     def show(step: int, values: dict) -> None:
         def f(key: str) -> str:
@@ -59,7 +77,8 @@ def train(
                       f"pass {f('rollout/pass_rate')}, loss {f('loss/loss')}, "
                       f"{values['rollout/tokens_sampled']:.0f} tokens, {values['time/step_s']:.0f} s")
 
-    adapter = run_training(cfg, resume=resume, on_step=show)
+    with _user_errors():
+        adapter = run_training(cfg, resume=resume, on_step=show)
     console.print(f"adapter: {adapter}\nmetrics: {out / 'metrics.jsonl'} (plot with `recap plot {out}`)")
 
 
@@ -82,12 +101,13 @@ def eval_(
     from rl.evaluate import EvalConfig, evaluate, report_lines
     from rl.rewards import RewardConfig
 
-    report = evaluate(EvalConfig(
-        sessions_dir=str(sessions), model=model, adapter=str(adapter) if adapter else None, samples=samples,
-        temperature=temperature, seed=seed, max_episode_steps=max_episode_steps, max_new_tokens=max_new_tokens,
-        max_context_tokens=context_window, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
-        out=str(out) if out else None,
-    ))
+    with _user_errors():
+        report = evaluate(EvalConfig(
+            sessions_dir=str(sessions), model=model, adapter=str(adapter) if adapter else None, samples=samples,
+            temperature=temperature, seed=seed, max_episode_steps=max_episode_steps, max_new_tokens=max_new_tokens,
+            max_context_tokens=context_window, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
+            out=str(out) if out else None,
+        ))
     console = Console()
     for line in report_lines(report):
         console.print(line)

@@ -34,3 +34,13 @@ def test_train_then_plot_then_eval(task_sessions, tmp_path):
     assert "pass rate 0.000 (95% Wilson CI 0.000-0.658, 2 verified)" in result.output
     report = json.loads((tmp_path / "eval" / "eval.json").read_text())
     assert report["episodes"] == 2 and report["adapter"] == str(out / "adapter")
+
+
+def test_train_and_eval_on_an_empty_folder_say_why_without_a_traceback(tmp_path):
+    runner = CliRunner()
+    for command in ("train", "eval"):
+        result = runner.invoke(app, [command, "--sessions", str(tmp_path), "--model", "tiny"])
+        assert result.exit_code == 2, result.output
+        text = " ".join(result.output.split())  # rich wraps long lines
+        assert f"error: no session files (*.jsonl) in {tmp_path}" in text
+        assert "Traceback" not in result.output
