@@ -119,6 +119,20 @@ class UserView:
     is_git: bool
 
 
+def _trusted(repo: git.Repo) -> git.Repo:
+    """`repo` with its git commands run read-only and with `safe.directory` set to its own working
+    tree (or git dir), so a repository owned by another user (a mounted volume, files unpacked by
+    root) is readable instead of failing with "detected dubious ownership". The exception covers
+    only the repository the user named, and only recap's read-only commands on it; it is passed as
+    command-line config (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, git >= 2.31),
+    appended after any the caller's environment already holds."""
+    first = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    repo.git.update_environment(**_READ_ONLY_ENV, GIT_CONFIG_COUNT=str(first + 1),
+                                **{f"GIT_CONFIG_KEY_{first}": "safe.directory",
+                                   f"GIT_CONFIG_VALUE_{first}": repo.working_tree_dir or repo.git_dir})
+    return repo
+
+
 def read_user_view(path: str | os.PathLike[str]) -> UserView:
     """Read the state of the repository containing `path` (or the plain directory `path`).
 
@@ -134,11 +148,11 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
         return UserView(directory, None, (), tuple(_walk_plain(directory)), b"", is_git=False)
     if repo.bare or repo.working_tree_dir is None:
         raise WorkspaceError(f"{directory} is a bare repository; give a working tree")
-    with repo:
+    with _trusted(repo):
         cmd = repo.git
         top = Path(repo.working_tree_dir)
         listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
-                              env=_READ_ONLY_ENV, stdout_as_string=False)
+                              stdout_as_string=False)
         files = _existing_files(top, dict.fromkeys(_split_z(listed)))
         try:
             head = repo.head.commit.hexsha
@@ -146,7 +160,7 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
             head = None
         entries: list[TreeEntry] = []
         if head is not None:
-            out = cmd.ls_tree("-r", "-z", "--full-tree", head, env=_READ_ONLY_ENV, stdout_as_string=False)
+            out = cmd.ls_tree("-r", "-z", "--full-tree", head, stdout_as_string=False)
             entries = _parse_entries(out, with_type=True)
         exclude_file = Path(repo.git_dir) / "info" / "exclude"
         exclude = exclude_file.read_bytes() if exclude_file.is_file() else b""
@@ -214,7 +228,7 @@ def copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
 
 def read_blobs(repo_path: Path, shas: Iterable[str]) -> dict[str, bytes]:
     """Contents of blobs of the user's repository, by id."""
-    with git.Repo(repo_path) as repo:
+    with _trusted(git.Repo(repo_path)) as repo:
         return {sha: repo.odb.stream(bytes.fromhex(sha)).read() for sha in set(shas)}
 
 
@@ -228,8 +242,8 @@ def checkout_commit(repo_path: str | os.PathLike[str], commit: str, dest: Path) 
         repo = git.Repo(repo_path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
         raise WorkspaceError(f"{repo_path} is not a git repository: {exc}") from exc
-    with repo, tempfile.TemporaryDirectory(prefix="recap-index-") as tmp:
-        env = {**_READ_ONLY_ENV, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
+    with _trusted(repo), tempfile.TemporaryDirectory(prefix="recap-index-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         try:
             repo.git.read_tree(commit, env=env)
             repo.git.checkout_index("-a", "-f", f"--prefix={dest}/", env=env)

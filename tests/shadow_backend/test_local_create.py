@@ -148,6 +148,26 @@ def test_from_origin_rebuilds_the_same_start_state(make_repo: Any, git_cmd: Any)
         assert os.stat(Path(rebuilt.root, "run.sh")).st_mode & 0o111
 
 
+def test_a_repository_owned_by_another_user_is_read(make_repo: Any, git_cmd: Any) -> None:
+    # e.g. unpacked by root from a tarball, or a mounted volume; CI runs as root (it starts dockerd)
+    repo = user_repo(make_repo, git_cmd)
+    with LocalBackend.create(repo) as ws:
+        expected, start = files_of(ws), ws.start_commit
+    for dirpath, dirnames, names in os.walk(repo):
+        for name in [*dirnames, *names]:
+            os.lchown(Path(dirpath, name), 2000, 2000)
+    os.lchown(repo, 2000, 2000)
+    before = snapshot(repo)
+    plain = subprocess.run(["git", "status"], cwd=repo, capture_output=True, text=True,
+                           env={**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "LC_ALL": "C"})
+    assert plain.returncode != 0 and "dubious ownership" in plain.stderr  # what plain git does
+    with LocalBackend.create(repo / "new") as ws:  # a subdirectory stands for the whole repository
+        assert files_of(ws) == expected and ws.start_commit == start
+        with LocalBackend.from_origin(ws.origin) as rebuilt:
+            assert files_of(rebuilt) == expected
+    assert snapshot(repo) == before and Path(repo, ".git").stat().st_uid == 2000
+
+
 def test_plain_directory_works_too(make_repo: Any) -> None:
     folder = make_repo({"a.txt": "a\n", "d/b.bin": b"\0\1"}, git=False)
     with LocalBackend.create(folder) as ws:
