@@ -226,7 +226,6 @@ class LocalWorkspace:
         self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
         self._closed = False
         self._running: set[int] = set()
-        gc.claim_dir(tmp)  # so that `recap backend gc` removes it if this process dies
 
     # --- Workspace protocol ---------------------------------------------------------------
 
@@ -307,8 +306,7 @@ class LocalWorkspace:
         if not self._closed:
             self._closed = True
             self._git.close()
-            _force_rmtree(self._tmp)
-            gc.release_dir(self._tmp)
+            _discard_tmp(self._tmp)
 
     # --- beyond the protocol --------------------------------------------------------------
 
@@ -324,16 +322,16 @@ class LocalWorkspace:
         forks: list[LocalWorkspace] = []
         try:
             for _ in range(n):
-                tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=self._tmp.parent))
+                tmp = _claimed_tmp(self._tmp.parent)
                 try:  # reflinks where the file system has them, else hard-linked git objects + cp
                     fork_copy.copy_tree(self._root, tmp / self._root.name)
-                except WorkspaceError:
-                    _force_rmtree(tmp)
+                    shutil.copy2(self._tmp / "shadow.index", tmp / "shadow.index")
+                    forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
+                                                start_commit=self.start_commit, network=self.network,
+                                                config=self.config))
+                except BaseException:
+                    _discard_tmp(tmp)
                     raise
-                shutil.copy2(self._tmp / "shadow.index", tmp / "shadow.index")
-                forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
-                                            start_commit=self.start_commit, network=self.network,
-                                            config=self.config))
         except BaseException:
             for ws in forks:
                 ws.close()
@@ -445,20 +443,40 @@ class LocalBackend:
             return build.finish(shadow, base_entries, user_tree, origin, network=network, config=config)
 
 
+def _claimed_tmp(parent_dir: str | os.PathLike[str] | None) -> Path:
+    """A new `recap-ws-*` temp directory, claimed for this process at once (`gc.claim_dir`), so
+    that `recap backend gc` removes it if the process is killed while the workspace is built or
+    copied. The workspace that takes it over keeps the claim; `_discard_tmp` ends both."""
+    tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=parent_dir)).resolve()
+    gc.claim_dir(tmp)
+    return tmp
+
+
+def _discard_tmp(tmp: Path) -> None:
+    """Remove a workspace temp directory (read-only parts included) and its owner record."""
+    _force_rmtree(tmp)
+    gc.release_dir(tmp)
+
+
 class _Building:
-    """The temp directory of a workspace under construction; removed if construction fails."""
+    """The temp directory of a workspace under construction: claimed for gc from the start,
+    removed with its claim if construction fails, handed to the workspace if it succeeds."""
 
     def __init__(self, name: str, parent_dir: str | os.PathLike[str] | None) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="recap-ws-", dir=parent_dir)).resolve()
+        self.tmp = _claimed_tmp(parent_dir)
         self.root = self.tmp / name
-        self.root.mkdir()
+        try:
+            self.root.mkdir()
+        except BaseException:
+            _discard_tmp(self.tmp)
+            raise
 
     def __enter__(self) -> "_Building":
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         if exc_type is not None:
-            _force_rmtree(self.tmp)
+            _discard_tmp(self.tmp)
 
     def finish(self, shadow: git_state.ShadowRepo, base_entries: Sequence[git_state.TreeEntry],
                user_tree: str, origin: WorkspaceOrigin, *, network: bool,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from harness.errors import PathOutsideWorkspace, WorkspaceError
 from harness.tools import default_registry
 from harness.workspace import Workspace
+from shadow_backend import gc
 from shadow_backend.local import LocalBackend, LocalWorkspace
 
 FILES: dict[str, str | bytes] = {
@@ -203,10 +206,50 @@ def test_errors_and_close(make_repo: Any, tmp_path: Path) -> None:
         LocalBackend.create(tmp_path / "does-not-exist")
     ws = LocalBackend.create(make_repo({"a.txt": "a\n"}), parent_dir=tmp_path)
     tmp = Path(ws.root).parent
+    assert [p.name for p in tmp_path.glob("*" + gc.OWNER_SUFFIX)] == [tmp.name + gc.OWNER_SUFFIX]
     ws.run("mkdir -p ro/sub && touch ro/sub/f && chmod -R a-w ro", timeout_s=30)
     ws.close()
     ws.close()
-    assert not tmp.exists()
+    assert not tmp.exists() and list(tmp_path.glob("*" + gc.OWNER_SUFFIX)) == []
+
+
+# The child builds a real workspace of a big repository but stops for good after copying the files,
+# so that the kill lands mid-creation every time.
+_KILLED_CHILD = """
+import sys, time
+from shadow_backend import git_state
+from shadow_backend.local import LocalBackend
+
+def stop_here(self, *, force):
+    print("copied", flush=True)
+    time.sleep(120)
+
+git_state.ShadowRepo.import_worktree = stop_here
+LocalBackend.create(sys.argv[1], parent_dir=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_process_killed_while_creating_leaves_nothing_gc_cannot_remove(
+    make_repo: Any, tmp_path: Path, sig: signal.Signals
+) -> None:
+    repo = make_repo({f"pkg{i // 100}/mod{i}.py": f"value = {i}\n" * 20 for i in range(1500)})
+    parent = tmp_path / "workspaces"
+    parent.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_CHILD, str(repo), str(parent)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "copied\n"
+        (left,) = [p for p in parent.glob("recap-ws-*") if p.is_dir()]
+        assert len(list(left.rglob("mod*.py"))) == 1500
+        child.send_signal(sig)
+        assert child.wait(timeout=30) == -sig
+    finally:
+        child.kill()
+        child.wait()
+    report = gc.collect_garbage(docker=False, temp_root=parent)
+    assert report.dirs == (str(left),)
+    assert list(parent.iterdir()) == []
 
 
 def test_non_utf8_text_gets_a_binary_patch_so_diffs_stay_utf8(make_repo: Any) -> None:
