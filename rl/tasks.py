@@ -35,6 +35,7 @@ from typing import Iterator
 
 from harness.errors import ConfigError
 from harness.session import SCHEMA_VERSION, SessionStart
+from shadow_backend.scoring import with_interpreter_on_path
 
 log = logging.getLogger(__name__)
 
@@ -197,19 +198,23 @@ def make_repo(source: Path) -> str:
 
 
 def pytest_command(source: Path, tests: list[str] | None = None) -> str:
-    """The shell command that runs the package's tests (or `tests`) from the repository root."""
+    """The shell command that runs the package's tests (or `tests`) from the repository root.
+
+    It says `python3`, not this interpreter's path, so that a session holding it works from another
+    checkout or in a container; it is run (here and when scoring) with the running interpreter's bin
+    directory first on PATH (`shadow_backend.scoring.with_interpreter_on_path`)."""
     prefix = "PYTHONDONTWRITEBYTECODE=1 "
     if (source / "src").is_dir():
         prefix += "PYTHONPATH=src "
     selection = " ".join(shlex.quote(t) for t in tests) if tests else ""
-    return f"{prefix}{sys.executable} -m pytest -q -p no:cacheprovider -o addopts= -rfE {selection}".strip()
+    return f"{prefix}python3 -m pytest -q -p no:cacheprovider -o addopts= -rfE {selection}".strip()
 
 
 def run_tests(source: Path, *, timeout_s: float, tests: list[str] | None = None) -> tuple[int, str]:
     """(exit code, output) of the package's tests; exit code -9 on timeout."""
     try:
-        proc = subprocess.run(["bash", "-c", pytest_command(source, tests)], cwd=source, capture_output=True,
-                              text=True, timeout=timeout_s)
+        proc = subprocess.run(["bash", "-c", with_interpreter_on_path(pytest_command(source, tests))], cwd=source,
+                              capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return -9, "timed out"
     return proc.returncode, proc.stdout + proc.stderr

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.session import Score, SessionWriter
@@ -73,14 +76,25 @@ def _bounded(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters cut ...]\n{text[-half:]}"
 
 
+def with_interpreter_on_path(command: str) -> str:
+    """`command` (bash) with the running Python's bin directory first on PATH.
+
+    Verify commands name no interpreter path (task sessions record `python3 -m pytest ...`, so they
+    work from any checkout); run this way, `python3`/`python`/`pytest` are the interpreter recap
+    runs on, whose pytest made the task. Where that directory does not exist (a container) the
+    command finds the image's own `python3`.
+    """
+    return f'PATH={shlex.quote(str(Path(sys.executable).parent))}:"$PATH"; {command}'
+
+
 def run_verify(
     workspace: Workspace, command: str, *, timeout_s: float = 600.0, max_output_chars: int = 20_000
 ) -> VerifyResult:
-    """Run `command` (through bash) in `workspace` and read its outcome.
+    """Run `command` (through bash, `with_interpreter_on_path`) in `workspace` and read its outcome.
 
     Raises: WorkspaceError from the backend (a timeout is a failed result, not an error).
     """
-    result = workspace.run(command, timeout_s=timeout_s)
+    result = workspace.run(with_interpreter_on_path(command), timeout_s=timeout_s)
     passed_count, failed_count = parse_test_counts(result.stdout + "\n" + result.stderr)
     output = result.stdout + (("\n" if result.stdout and result.stderr else "") + result.stderr)
     return VerifyResult(

@@ -4,13 +4,17 @@ the download cache, so no network is needed)."""
 import ast
 import io
 import subprocess
+import sys
 import tarfile
 
 import pytest
 
 from harness.errors import ConfigError
 from harness.session import read_session
+from rl.rollout import origin_of
 from rl.tasks import make_tasks, mutations_of
+from shadow_backend.local import LocalBackend
+from shadow_backend.scoring import run_verify
 
 SOURCE = '''"""Tiny maths."""
 
@@ -84,7 +88,14 @@ def _sdist(path):
             tf.addfile(info, io.BytesIO(data))
 
 
-def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(tmp_path):
+def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(tmp_path, monkeypatch):
+    # A PATH whose first python3 is useless: the sessions must not depend on it, nor on this
+    # checkout's venv path; verify runs with the running interpreter first on PATH.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "python3").write_text("#!/bin/sh\nexit 97\n")
+    (fake_bin / "python3").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
     cache = tmp_path / "cache"
     (cache / "downloads").mkdir(parents=True)
     _sdist(cache / "downloads" / "tinymath-1.0.tar.gz")
@@ -94,16 +105,16 @@ def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(
     for path in paths:
         start = read_session(path).start
         assert start.source == "task" and start.verify and start.base_commit
+        assert start.verify.startswith("PYTHONDONTWRITEBYTECODE=1 python3 -m pytest ")
+        assert sys.prefix not in start.verify and sys.prefix not in start.task
         kinds.add(start.meta["mutation"])
-        repo = tmp_path / "check"
-        subprocess.run(["git", "clone", "-q", start.repo, str(repo)], check=True)
-        subprocess.run(["git", "-C", str(repo), "checkout", "-q", start.base_commit], check=True)
-        subprocess.run(["git", "-C", str(repo), "apply", "-"], input=start.base_diff, text=True, check=True)
         assert "tinymath.py" in start.base_diff and "test_" not in start.base_diff.split("\n")[0]
-        assert subprocess.run(["bash", "-c", start.verify], cwd=repo, capture_output=True).returncode != 0
-        subprocess.run(["git", "-C", str(repo), "apply", "-"], input=start.reference_diff, text=True, check=True)
-        assert subprocess.run(["bash", "-c", start.verify], cwd=repo, capture_output=True).returncode == 0
-        subprocess.run(["rm", "-rf", str(repo)], check=True)
+        with LocalBackend.from_origin(origin_of(start)) as ws:  # what rollouts and replays do
+            failing = run_verify(ws, start.verify, timeout_s=120)
+            assert not failing.passed and failing.tests_failed, failing.output
+            subprocess.run(["git", "apply", "-"], cwd=ws.root, input=start.reference_diff, text=True, check=True)
+            fixed = run_verify(ws, start.verify, timeout_s=120)
+            assert fixed.passed and fixed.tests_passed and not fixed.tests_failed, fixed.output
     assert len(kinds) >= 2
 
 
