@@ -9,14 +9,14 @@ from harness.session import Final, Observation, PolicyTurn, Prune, Score, Sessio
 OUTPUT_LINES = 12
 
 
-def _head(text: str, lines: int = OUTPUT_LINES) -> str:
+def _head(text: str, lines: int | None) -> str:
     parts = text.splitlines()
-    if len(parts) <= lines:
+    if lines is None or len(parts) <= lines:
         return text
     return "\n".join(parts[:lines]) + f"\n... ({len(parts) - lines} more lines)"
 
 
-def _renderable(event: Any) -> Any:
+def _renderable(event: Any, *, output_lines: int | None) -> Any:
     from rich.markup import escape
     from rich.panel import Panel
     from rich.syntax import Syntax
@@ -48,7 +48,7 @@ def _renderable(event: Any) -> Any:
         label = f"[{style}]{escape(f'[obs {event.obs_id}] {event.name}')}[/] {escape(event.arguments[:120])}"
         if event.error_kind:
             label += f" [red]({event.error_kind})[/]"
-        return label + "\n" + escape(_head(event.output))
+        return label + "\n" + escape(_head(event.output, output_lines))
     if isinstance(event, Summary):
         flag = " [bold red]TRUNCATED[/]" if event.truncated else ""
         title = f"summary {event.index}: {event.tokens_before} -> {event.tokens_after} tokens{flag}"
@@ -73,13 +73,14 @@ def _renderable(event: Any) -> Any:
     return escape(repr(event))
 
 
-def render_session(session: Session, console: Any) -> None:
+def render_session(session: Session, console: Any, *, output_lines: int | None = OUTPUT_LINES) -> None:
     """Print every event of `session` to `console` (a `rich.console.Console`), in order.
 
     Summaries are yellow panels with their token counts (and a TRUNCATED flag); observations show
-    their first lines; the final diff is syntax-highlighted. A torn file is said so at the end.
+    their first `output_lines` lines (all when None); the final diff is syntax-highlighted. A torn
+    file is said so at the end.
     """
     for event in session.events:
-        console.print(_renderable(event))
+        console.print(_renderable(event, output_lines=output_lines))
     if session.torn:
         console.print("[bold red]the last line of this session file was torn (cut mid-write) and was skipped[/]")

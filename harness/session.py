@@ -303,5 +303,6 @@ def read_session(path: str | os.PathLike[str]) -> Session:
             where = ".".join(str(x) for x in first.get("loc", ()))
             raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=str(p), line=number) from None
     if not events:
-        raise SessionFormatError("empty session file", path=str(p), line=1)
+        what = "its only line was cut mid-write (torn)" if torn else "empty session file"
+        raise SessionFormatError(what, path=str(p), line=1)
     return Session(path=p, events=tuple(events), torn=torn)

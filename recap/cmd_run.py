@@ -156,21 +156,26 @@ def run(
 
 
 @session_app.command("show")
-def show(file: Path = typer.Argument(..., exists=True, dir_okay=False, help="A session .jsonl file.")) -> None:
+def show(
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="A session .jsonl file."),
+    full: bool = typer.Option(False, "--full", help="Show every line of each observation (default: the first 12)."),
+) -> None:
     """Render a session as readable text, summaries highlighted."""
     from rich.console import Console
 
+    from rich.markup import escape
+
     from harness.errors import SessionFormatError
-    from harness.render import render_session
+    from harness.render import OUTPUT_LINES, render_session
     from harness.session import read_session
 
-    console = Console()
     try:
         session = read_session(file)
     except SessionFormatError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
-    render_session(session, console)
+    console = Console()
+    render_session(session, console, output_lines=None if full else OUTPUT_LINES)
 
 
 def register(app: typer.Typer) -> None:

@@ -101,3 +101,28 @@ def test_interrupt_applies_nothing_and_exits_130(make_repo: Any, tmp_path: Path)
     assert proc.returncode == 130, err
     assert "interrupted: nothing applied" in err and "+half done" in out
     assert _tree(repo) == before
+
+
+def test_session_show_cuts_observations_unless_full(make_repo: Any, tmp_path: Path) -> None:
+    repo = make_repo({"long.txt": "".join(f"line {i}\n" for i in range(1, 41))})
+    model = _script(tmp_path, ("read_file", {"path": "long.txt"}), ("finish", {"message": "read it"}))
+    assert _recap("--repo", str(repo), "--model", model, "read", sessions=tmp_path / "s").returncode == 0
+    (session_file,) = (tmp_path / "s").iterdir()
+
+    def show(*flags: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "recap", "session", "show", str(session_file), *flags],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    short, full = show(), show("--full")
+    assert "more lines)" in short and "line 40" not in short
+    assert "line 40" in full and "more lines)" not in full
+
+
+def test_session_show_names_a_torn_first_line(tmp_path: Path) -> None:
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"type": "session_start", "schema_ver')
+    out = subprocess.run([sys.executable, "-m", "recap", "session", "show", str(torn)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "torn.jsonl:1: its only line was cut mid-write" in out.stderr
