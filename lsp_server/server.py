@@ -14,9 +14,11 @@ import logging
 import time
 from collections import Counter
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cattrs import ClassValidationError, transform_error
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
@@ -45,9 +47,38 @@ EXECUTE_PARAMS: ContextVar[types.ExecuteCommandParams | None] = ContextVar("reca
 its own context and an async handler's task copies it, so each command sees its own request."""
 
 
+@dataclass(frozen=True)
+class _Unreadable:
+    """A request whose params do not have the shape the LSP spec gives its method (e.g. an array
+    for `workspace/executeCommand`): it gets `error` as its response."""
+
+    id: Any
+    error: JsonRpcException
+
+
 class RecapProtocol(LanguageServerProtocol):
     """Sets `EXECUTE_PARAMS`, so that `recap.run` can use the client's `workDoneToken` (pygls passes
-    a command handler only the arguments)."""
+    a command handler only the arguments), and answers a request whose params pygls cannot convert
+    with an error response (InvalidParams, naming the bad field) instead of leaving it unanswered."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if "id" not in data or "method" not in data:  # a notification or a response: no one to answer
+                raise
+            detail = exc.message
+            if not isinstance(data.get("params", {}), dict):
+                detail = f"params must be an object, got {type(data['params']).__name__}"
+            elif isinstance(exc.__cause__, ClassValidationError):
+                detail = "; ".join(transform_error(exc.__cause__))
+            return _Unreadable(data["id"], type(exc)(f"{data['method']}: {detail}"))
+
+    def handle_message(self, message: Any) -> None:
+        if isinstance(message, _Unreadable):
+            self._send_response(message.id, None, message.error.to_response_error())
+        else:
+            super().handle_message(message)
 
     @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
     def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):

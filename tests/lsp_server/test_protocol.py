@@ -149,3 +149,38 @@ async def test_bad_initialization_options_are_reported_and_the_defaults_kept(sta
     assert "backend: Input should be 'local' or 'docker'" in message.message
     assert "maxSteps: Input should be greater than or equal to 1" in message.message
     assert await editor.command("recap.status") == {"sessions": []}
+
+
+async def test_malformed_execute_command_params_get_invalid_params_and_the_server_keeps_serving(repo: Path) -> None:
+    """Raw JSON-RPC, since a typed client cannot send these: params pygls cannot convert used to get no
+    response at all (only a window/showMessage)."""
+    server = await asyncio.create_subprocess_exec(RECAP, "serve", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    reader, writer = server.stdout, server.stdin
+
+    async def request(id_: int, method: str, params: object) -> dict:
+        message = {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}
+        return await asyncio.wait_for(_rpc(reader, writer, message), 30)
+
+    try:
+        await request(1, "initialize", {"capabilities": {}, "rootUri": repo.as_uri()})
+        await _rpc(reader, writer, {"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        cases = [
+            ({"command": "recap.status", "arguments": [1, 2]}, "takes one argument, an object; got 2"),
+            ({"command": "recap.status", "arguments": [1]}, "expected an object, got int"),
+            ([1, 2], "workspace/executeCommand: params must be an object, got list"),
+            ({"arguments": [{}]}, "required field missing @ $.params.command"),
+            ({"command": "recap.status", "arguments": 5}, "@ $.params.arguments"),
+        ]
+        for id_, (params, words) in enumerate(cases, start=2):
+            reply = await request(id_, "workspace/executeCommand", params)
+            assert reply["error"]["code"] == INVALID_PARAMS, (params, reply)
+            assert words in reply["error"]["message"], (params, reply)
+        status = await request(20, "workspace/executeCommand", {"command": "recap.status", "arguments": [{}]})
+        assert status["result"] == {"sessions": []}
+        await request(21, "shutdown", None)
+        await _rpc(reader, writer, {"jsonrpc": "2.0", "method": "exit"})
+        assert await asyncio.wait_for(server.wait(), 30) == 0
+    finally:
+        if server.returncode is None:
+            server.terminate()
+            await server.wait()
