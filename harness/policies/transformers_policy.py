@@ -58,6 +58,23 @@ class TransformersPolicyConfig:
             raise ConfigError(f"max_context_tokens must be at least 16, got {self.max_context_tokens}")
 
 
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One turn to sample in `TransformersPolicy.generate_batch` (the arguments of `generate`).
+
+    Attributes:
+        messages, tools, max_new_tokens, kind: as in `harness.types.Policy.generate`.
+        generator: the CPU `torch.Generator` this sequence samples with (None: the policy's own),
+            so that each rollout of a group keeps its own seeded random stream.
+    """
+
+    messages: Sequence[Message]
+    tools: Sequence[dict[str, Any]] | None
+    max_new_tokens: int
+    kind: TurnKind = "action"
+    generator: Any = None
+
+
 def sample_token(
     logits: Any, *, temperature: float, top_p: float, allowed: Any | None, generator: Any
 ) -> tuple[int, float]:
@@ -106,7 +123,8 @@ class TransformersPolicy:
         chat: the `ChatFormat` used to render prompts.
         stop_ids: token ids that end a turn (EOS and `<|im_end|>` when the vocabulary has it).
 
-    Not thread-safe: one `generate` at a time (the KV cache and the generator are per policy).
+    Not thread-safe: one `generate` at a time (the KV cache and the generator are per policy);
+    threads share it through `harness.policies.batching.BatchingPolicy` (`generate_batch`).
     """
 
     def __init__(self, *, model: Any, tokenizer: Any, spec: str, config: TransformersPolicyConfig) -> None:
@@ -197,17 +215,8 @@ class TransformersPolicy:
         """
         import torch
 
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         start_time = time.monotonic()
-        offered = list(tools) if tools and kind == "action" else None
-        prompt_ids = self.chat.encode(messages, offered)
-        room = self.context_window - len(prompt_ids)
-        if room < 1:
-            raise PolicyError(f"prompt of {len(prompt_ids)} tokens leaves no room in the {self.context_window}-token window")
-        budget = min(max_new_tokens, room)
-        masker = self._grammar_for().masker(offered) if offered and self.config.constrain else None
-
+        prompt_ids, budget, masker = self._prepare(messages, tools, max_new_tokens=max_new_tokens, kind=kind)
         was_training = self._model.training
         self._model.eval()
         try:
@@ -218,7 +227,85 @@ class TransformersPolicy:
             raise PolicyError(f"{self.spec}: generation failed: {exc}") from exc
         finally:
             self._model.train(was_training)
+        return self._completion(prompt_ids, completion, logprobs, finish, masker=masker, kind=kind,
+                                max_new_tokens=max_new_tokens, encoded=encoded, start_time=start_time)
 
+    def generate_batch(self, requests: Sequence[GenerationRequest]) -> list[Completion | Exception]:
+        """Sample several independent turns at once: one forward pass per step for all live sequences.
+
+        Prompts are left-padded into one batch; each sequence has its own grammar matcher (for
+        constrained action turns), its own stop and budget, and samples with its request's
+        `generator` (the policy's own when None). Each result means exactly what `generate`'s
+        does: exact prompt ids, sampled ids, and each token's logprob under the distribution it
+        was drawn from (`sample_token` per row). Outputs equal one-by-one `generate` up to
+        floating-point differences of padded batched matmuls. Finished sequences leave the batch
+        (their rows are dropped from the key/value cache).
+
+        No key/value cache is reused across turns in batch mode: every prompt is encoded in full
+        (`encoded_tokens == prompt_tokens`), and the policy's single-conversation cache is left alone.
+
+        Args:
+            requests: the turns to sample, shape (B,).
+        Returns:
+            B results in request order: a `Completion`, or the error `generate` would raise for a
+            request that could not run (`PolicyError`: prompt leaves no room in the window;
+            `ValueError`: max_new_tokens < 1); a failure of the batched pass itself gives every
+            request a `PolicyError`.
+        """
+        import torch
+
+        start_time = time.monotonic()
+        results: list[Completion | Exception | None] = [None] * len(requests)
+        rows: list[tuple[int, list[int], int, Any]] = []  # (request index, prompt ids, budget, masker)
+        for i, r in enumerate(requests):
+            try:
+                prompt_ids, budget, masker = self._prepare(r.messages, r.tools, max_new_tokens=r.max_new_tokens, kind=r.kind)
+            except (PolicyError, ValueError) as exc:
+                results[i] = exc
+                continue
+            rows.append((i, prompt_ids, budget, masker))
+        if rows:
+            generators = [self.generator if requests[i].generator is None else requests[i].generator for i, *_ in rows]
+            was_training = self._model.training
+            self._model.eval()
+            try:
+                with torch.no_grad():
+                    sampled = self._sample_batch([p for _, p, _, _ in rows], [b for *_, b, _ in rows],
+                                                 [m for *_, m in rows], generators)
+            except (RuntimeError, ValueError) as exc:
+                error = PolicyError(f"{self.spec}: batched generation failed: {exc}")
+                return [error if r is None else r for r in results]
+            finally:
+                self._model.train(was_training)
+            for (i, prompt_ids, _, masker), (completion, logprobs, finish) in zip(rows, sampled):
+                r = requests[i]
+                results[i] = self._completion(prompt_ids, completion, logprobs, finish, masker=masker, kind=r.kind,
+                                              max_new_tokens=r.max_new_tokens, encoded=len(prompt_ids), start_time=start_time)
+        return [r for r in results if r is not None]
+
+    # --- internals -------------------------------------------------------------------------------
+    def _prepare(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None, *, max_new_tokens: int, kind: TurnKind
+    ) -> tuple[list[int], int, Any]:
+        """(prompt ids, token budget, grammar masker or None) of one turn.
+
+        Raises: ValueError for max_new_tokens < 1; PolicyError when the prompt fills the window.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        offered = list(tools) if tools and kind == "action" else None
+        prompt_ids = self.chat.encode(messages, offered)
+        room = self.context_window - len(prompt_ids)
+        if room < 1:
+            raise PolicyError(f"prompt of {len(prompt_ids)} tokens leaves no room in the {self.context_window}-token window")
+        masker = self._grammar_for().masker(offered) if offered and self.config.constrain else None
+        return prompt_ids, min(max_new_tokens, room), masker
+
+    def _completion(
+        self, prompt_ids: list[int], completion: list[int], logprobs: list[float], finish: str, *, masker: Any,
+        kind: TurnKind, max_new_tokens: int, encoded: int, start_time: float,
+    ) -> Completion:
+        """Decode and parse a sampled turn into a `Completion`."""
         body = completion[:-1] if completion and completion[-1] in self.stop_ids else completion
         text = self.tokenizer.decode(body, skip_special_tokens=True)
         calls, errors = (), ()
@@ -236,7 +323,15 @@ class TransformersPolicy:
             duration_s=time.monotonic() - start_time,
         )
 
-    # --- internals -------------------------------------------------------------------------------
+    def _draw(self, logits: Any, masker: Any, generator: Any) -> tuple[int, float]:
+        """Sample one token of one sequence (grammar mask applied, matcher advanced)."""
+        allowed = masker.allowed() if masker is not None else None
+        token, logprob = sample_token(logits, temperature=self.config.temperature, top_p=self.config.top_p,
+                                      allowed=allowed, generator=generator)
+        if masker is not None:
+            masker.accept(token)
+        return token, logprob
+
     def _grammar_for(self) -> Any:
         if self._grammar is None:
             from harness.policies.grammar import ToolCallGrammar
@@ -263,13 +358,9 @@ class TransformersPolicy:
             inputs = torch.tensor([feed], device=self.device)
             out = self._model(input_ids=inputs, cache=past, use_cache=True, logits_to_keep=1)
             past = out.cache
-            allowed = masker.allowed() if masker is not None else None
-            token, logprob = sample_token(out.logits[0, -1], temperature=self.config.temperature,
-                                          top_p=self.config.top_p, allowed=allowed, generator=self.generator)
+            token, logprob = self._draw(out.logits[0, -1], masker, self.generator)
             completion.append(token)
             logprobs.append(logprob)
-            if masker is not None:
-                masker.accept(token)
             if token in self.stop_ids:
                 finish = "stop"
                 break
@@ -278,3 +369,48 @@ class TransformersPolicy:
             # the last sampled token was never fed, so the cache covers all but it
             self._cache.store(past, prompt_ids + completion[:-1], key)
         return completion, logprobs, encoded, finish
+
+    def _sample_batch(
+        self, prompts: list[list[int]], budgets: list[int], maskers: list[Any], generators: list[Any]
+    ) -> list[tuple[list[int], list[float], str]]:
+        """The batched decode loop: per sequence (completion ids, logprobs, finish reason).
+
+        Left padding with an attention mask and explicit position ids (each sequence's positions
+        start at 0 at its first real token), so every row computes what it would alone.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        pad = self.stop_ids[0]
+        width = max(len(p) for p in prompts)
+        feed = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        past = DynamicCache(config=self._model.config)
+        completions: list[list[int]] = [[] for _ in prompts]
+        logprobs: list[list[float]] = [[] for _ in prompts]
+        finish = ["length"] * len(prompts)
+        live = list(range(len(prompts)))  # row -> sequence index
+        while live:
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -feed.shape[1]:]
+            out = self._model(input_ids=feed, attention_mask=mask, position_ids=positions, cache=past,
+                              use_cache=True, logits_to_keep=1)
+            past = out.cache
+            keep: list[int] = []
+            for row, seq in enumerate(live):
+                token, logprob = self._draw(out.logits[row, -1], maskers[seq], generators[seq])
+                completions[seq].append(token)
+                logprobs[seq].append(logprob)
+                if token in self.stop_ids:
+                    finish[seq] = "stop"
+                elif len(completions[seq]) < budgets[seq]:
+                    keep.append(row)
+            if len(keep) < len(live):
+                if not keep:
+                    break
+                index = torch.tensor(keep, device=self.device)
+                past.batch_select_indices(index)
+                mask = mask[index]
+            live = [live[row] for row in keep]
+            feed = torch.tensor([[completions[seq][-1]] for seq in live], device=self.device)
+            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
+        return [(c, lp, f) for c, lp, f in zip(completions, logprobs, finish)]
