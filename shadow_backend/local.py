@@ -29,6 +29,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -362,8 +363,10 @@ class LocalWorkspace:
         }
 
     def _bwrap_argv(self) -> list[str]:
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-                "--bind", str(self._root), str(self._root), "--bind", str(self._home), str(self._home),
+        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for kept in _visible_below_tmp(self._command_env()["PATH"]):
+            argv += ["--ro-bind", kept, kept]
+        argv += ["--bind", str(self._root), str(self._root), "--bind", str(self._home), str(self._home),
                 "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
                 "--chdir", str(self._root)]
         user_git = Path(self.origin.repo) / ".git"
@@ -372,6 +375,22 @@ class LocalWorkspace:
         if not self.network:
             argv.append("--unshare-net")
         return argv + ["--"]
+
+
+def _visible_below_tmp(path_var: str) -> list[str]:
+    """Host directories below /tmp that commands must still see (read-only) through their private
+    /tmp: the running interpreter's environment (`sys.prefix`: a virtualenv in a checkout under
+    /tmp) and each PATH entry (for a `bin` entry its parent, where a virtualenv keeps pyvenv.cfg)."""
+    tmp = Path("/tmp").resolve()
+    found: list[Path] = []
+    for entry in (sys.prefix, *path_var.split(os.pathsep)):
+        if not entry:
+            continue
+        path = Path(entry).resolve()
+        path = path.parent if path.name == "bin" else path
+        if tmp in path.parents and path.is_dir() and path not in found:
+            found.append(path)
+    return [str(p) for p in found if not any(q in p.parents for q in found)]
 
 
 def _use_bwrap(config: LocalConfig) -> bool:

@@ -84,6 +84,23 @@ def test_user_history_is_hidden_from_commands(repo: Path) -> None:
     assert (repo / ".git" / "HEAD").exists()
 
 
+def test_programs_on_path_below_tmp_stay_visible(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a virtualenv in a checkout under /tmp (CI clones there) must still run inside the private /tmp
+    env = tmp_path / "venv"
+    (env / "bin").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    tool = env / "bin" / "recap-test-tool"
+    tool.write_text("#!/bin/sh\necho tool ran; cat \"$(dirname \"$0\")/../pyvenv.cfg\"\n")
+    tool.chmod(0o755)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host /tmp file\n")
+    monkeypatch.setenv("PATH", f"{env / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    with LocalBackend.create(repo) as ws:
+        result = ws.run(f"recap-test-tool; cat {secret}; touch {env}/new", timeout_s=30)
+    assert result.stdout == "tool ran\nhome = /usr/bin\n"
+    assert "No such file" in result.stderr and not (env / "new").exists()
+
+
 def test_environment_is_scrubbed(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RECAP_TEST_SECRET", "hunter2")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter3")
