@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import time
 from collections import Counter
 from contextvars import ContextVar
@@ -20,7 +22,8 @@ from typing import Any
 
 from cattrs import ClassValidationError, transform_error
 from lsprotocol import types
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import (JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest,
+                              JsonRpcServerNotInitialized)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -28,6 +31,7 @@ from pygls.uris import from_fs_path, to_fs_path
 
 from lsp_server import edits
 from lsp_server.adapters import newest_adapter
+from lsp_server.framing import DEFAULT_MAX_MESSAGE_BYTES, CheckedReader, FrameDecoder
 from lsp_server.options import RunParams, ServerOptions
 from lsp_server.policies import PolicyCache
 from lsp_server.runs import EditorSession, event_payload, execute
@@ -40,6 +44,8 @@ CANCEL_WAIT_S = 10.0
 """How long `recap.cancel` waits for the run to stop before answering."""
 CONFIGURATION_WAIT_S = 5.0
 """How long a run waits for the client's first `workspace/configuration` answer."""
+MAX_MESSAGE_BYTES_ENV = "RECAP_LSP_MAX_MESSAGE_BYTES"
+"""Environment variable overriding the largest message body the server reads (bytes)."""
 
 
 EXECUTE_PARAMS: ContextVar[types.ExecuteCommandParams | None] = ContextVar("recap_execute_params", default=None)
@@ -49,36 +55,95 @@ its own context and an async handler's task copies it, so each command sees its 
 
 @dataclass(frozen=True)
 class _Unreadable:
-    """A request whose params do not have the shape the LSP spec gives its method (e.g. an array
-    for `workspace/executeCommand`): it gets `error` as its response."""
+    """A message pygls cannot convert (e.g. an array as params of `workspace/executeCommand`): a
+    request (`id` set) gets `error` as its response, anything else is dropped with a log line."""
 
-    id: Any
+    id: int | str | None
     error: JsonRpcException
 
 
+def _field(message: Any, name: str) -> Any:
+    return message.get(name) if isinstance(message, dict) else getattr(message, name, None)
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
+
+
+def _request_id(message: Any) -> int | str | None:
+    """The id to answer `message` (a dict or a converted message) with: set for a request (a
+    method and an integer or string id), None when there is nothing to answer."""
+    msg_id = _field(message, "id")
+    return msg_id if isinstance(_field(message, "method"), str) and _is_id(msg_id) else None
+
+
 class RecapProtocol(LanguageServerProtocol):
-    """Sets `EXECUTE_PARAMS`, so that `recap.run` can use the client's `workDoneToken` (pygls passes
-    a command handler only the arguments), and answers a request whose params pygls cannot convert
-    with an error response (InvalidParams, naming the bad field) instead of leaving it unanswered."""
+    """pygls' protocol with the LSP lifecycle rules and answers for what pygls leaves unanswered.
+
+    - A request before `initialize` gets ServerNotInitialized (-32002); a notification before it
+      is dropped, except `exit`. A second `initialize`, or a request after `shutdown`, gets
+      InvalidRequest (-32600).
+    - `exit` sets `exit_code`: 0 after `shutdown`, else 1 (`RecapServer.start_io` exits with it).
+    - A request whose params pygls cannot convert gets InvalidParams naming the bad field, instead
+      of no response; a JSON object that is not a JSON-RPC 2.0 message gets InvalidRequest when it
+      has a usable id, else it is dropped with a logged reason.
+    - Sets `EXECUTE_PARAMS`, so that `recap.run` can use the client's `workDoneToken` (pygls passes
+      a command handler only the arguments).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initialize_seen = False
+        self.exit_code: int | None = None  # set by `exit`
 
     def structure_message(self, data: dict[str, Any]) -> Any:
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
-            if "id" not in data or "method" not in data:  # a notification or a response: no one to answer
-                raise
             detail = exc.message
             if not isinstance(data.get("params", {}), dict):
                 detail = f"params must be an object, got {type(data['params']).__name__}"
             elif isinstance(exc.__cause__, ClassValidationError):
                 detail = "; ".join(transform_error(exc.__cause__))
-            return _Unreadable(data["id"], type(exc)(f"{data['method']}: {detail}"))
+            return _Unreadable(_request_id(data), type(exc)(f"{data.get('method') or '(no method)'}: {detail}"))
 
     def handle_message(self, message: Any) -> None:
         if isinstance(message, _Unreadable):
-            self._send_response(message.id, None, message.error.to_response_error())
-        else:
+            self._refuse(message.id, message.error)
+            return
+        method, msg_id = _field(message, "method"), _field(message, "id")
+        if isinstance(message, dict) or message.jsonrpc != self.VERSION or not (msg_id is None or _is_id(msg_id)):
+            self._refuse(_request_id(message), JsonRpcInvalidRequest(
+                f"{method or '(no method)'}: not JSON-RPC 2.0 (jsonrpc \"2.0\", an integer or string id)"))
+        elif method == types.EXIT:
             super().handle_message(message)
+        elif not self.initialize_seen and method != types.INITIALIZE:
+            if msg_id is None:  # a notification
+                logger.info("dropped %s: the server is not initialized yet", method)
+            else:
+                self._refuse(_request_id(message), JsonRpcServerNotInitialized(
+                    f"{method}: the server is not initialized; send initialize first"))
+        elif method == types.INITIALIZE and self.initialize_seen:
+            self._refuse(_request_id(message), JsonRpcInvalidRequest("initialize: the server is already initialized"))
+        elif self._shutdown and method is not None:
+            self._refuse(_request_id(message), JsonRpcInvalidRequest(
+                f"{method}: the server is shut down; only exit is accepted"))
+        else:
+            if method == types.INITIALIZE:
+                self.initialize_seen = True
+            super().handle_message(message)
+
+    def _refuse(self, msg_id: int | str | None, error: JsonRpcException) -> None:
+        """Answer request `msg_id` with `error`; without an id (nothing to answer), log and drop."""
+        if msg_id is None:
+            logger.warning("dropped a message: %s", error.message[:300])
+        else:
+            self._send_response(msg_id, None, error.to_response_error())
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args: Any):
+        self.exit_code = 0 if self._shutdown else 1  # the LSP spec's exit codes
+        return (yield from super().lsp_exit(*args))
 
     @lsp_method(types.WORKSPACE_EXECUTE_COMMAND)
     def lsp_workspace__execute_command(self, params: types.ExecuteCommandParams):
@@ -90,14 +155,34 @@ def invalid(message: str) -> JsonRpcInvalidParams:
     return JsonRpcInvalidParams(message)
 
 
-class RecapServer(LanguageServer):
-    """The recap language server; per-client state lives here."""
+def max_message_bytes_from_env() -> int:
+    """The message size cap: `$RECAP_LSP_MAX_MESSAGE_BYTES` (a positive number of bytes) when set
+    and valid, else `DEFAULT_MAX_MESSAGE_BYTES`; an invalid value is logged and ignored."""
+    raw = os.environ.get(MAX_MESSAGE_BYTES_ENV)
+    if raw is None:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    if raw.strip().isdigit() and int(raw) > 0:
+        return int(raw)
+    logger.error("%s must be a positive number of bytes, got %r; using %d",
+                 MAX_MESSAGE_BYTES_ENV, raw[:40], DEFAULT_MAX_MESSAGE_BYTES)
+    return DEFAULT_MAX_MESSAGE_BYTES
 
-    def __init__(self) -> None:
+
+class RecapServer(LanguageServer):
+    """The recap language server; per-client state lives here.
+
+    `max_message_bytes`: the largest message body read over stdio (bytes; a larger frame is dropped,
+    see `lsp_server.framing`); None reads `max_message_bytes_from_env()`.
+    """
+
+    protocol: RecapProtocol
+
+    def __init__(self, max_message_bytes: int | None = None) -> None:
         from importlib.metadata import version
 
         super().__init__("recap", version("recap"), protocol_cls=RecapProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.max_message_bytes = max_message_bytes or max_message_bytes_from_env()
         self.options = ServerOptions()
         self.sessions: dict[str, EditorSession] = {}
         self.policies = PolicyCache()
@@ -106,6 +191,17 @@ class RecapServer(LanguageServer):
         self._stopping = False  # after `shutdown`: sessions are cancelled, nothing more is sent
         self.configured = asyncio.Event()  # set once the first workspace/configuration pull is over
         self._watched: dict[str, tuple[EditorSession, str]] = {}  # uri -> (session, path) awaiting "kept"
+
+    def start_io(self, stdin: Any = None, stdout: Any = None) -> None:
+        """Serve over `stdin`/`stdout` (binary streams; the process's by default) until `exit` or
+        the end of `stdin`. Frames are checked (`lsp_server.framing.CheckedReader`: bounded size,
+        bad frames dropped with a logged reason, reading resumes at the next valid header).
+
+        Raises SystemExit(1) after an `exit` that came without `shutdown` (pygls swallows it)."""
+        reader = CheckedReader(stdin or sys.stdin.buffer, FrameDecoder(self.max_message_bytes))
+        super().start_io(reader, stdout)  # type: ignore[arg-type]
+        if self.protocol.exit_code:
+            raise SystemExit(self.protocol.exit_code)
 
     # ---- configuration ------------------------------------------------------------------------
 
