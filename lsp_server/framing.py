@@ -59,6 +59,12 @@ class FrameDecoder:
         self._hunting = False  # skipping bytes up to the next Content-Length header
         self._skipped = 0
 
+    @property
+    def buffered(self) -> int:
+        """Bytes held. Once `next_message` returned None it is under
+        `max(max_message_bytes, MAX_HEADER_BYTES)`: a header, a body, or a tail being searched."""
+        return len(self._buf)
+
     def feed(self, data: bytes) -> None:
         self._buf += data
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import sys
 import time
 from collections import Counter
@@ -202,6 +203,15 @@ class RecapServer(LanguageServer):
         super().start_io(reader, stdout)  # type: ignore[arg-type]
         if self.protocol.exit_code:
             raise SystemExit(self.protocol.exit_code)
+
+    def start_tcp(self, host: str, port: int) -> None:
+        """Serve one client connecting to `host:port` (debugging), through the same checked path
+        as `start_io`; returns when that connection ends (pygls, too, serves only one)."""
+        with socket.create_server((host, port)) as listener:
+            logger.info("listening on %s:%d", host, port)
+            connection, _ = listener.accept()
+        with connection, connection.makefile("rb") as stdin, connection.makefile("wb") as stdout:
+            self.start_io(stdin, stdout)
 
     # ---- configuration ------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ Raw bytes go to its stdin, replies are read frame by frame from its stdout, and 
 once it has exited. After every bad frame the server logs why, skips to the next valid
 `Content-Length` header, and answers the next valid request: it never dies, never goes deaf, never
 prints a traceback. Before `initialize` a request gets ServerNotInitialized (-32002); `exit` exits
-with 1 unless `shutdown` came first (then 0). The byte-level rules are `lsp_server.framing`'s.
+with 1 unless `shutdown` came first (then 0). `--tcp` reads through the same checks. The byte-level
+rules are `lsp_server.framing`'s (their properties on arbitrary bytes: `test_framing.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import random
 import re
+import socket
 import subprocess
 from typing import Any
 
@@ -46,23 +48,27 @@ STATUS = {"command": "recap.status", "arguments": [{}]}
 
 
 class RawServer:
-    """A real `recap serve` over pipes: raw bytes in, frames out, its stderr once it has exited."""
+    """A real `recap serve`: raw bytes in, frames out, its stderr once it has exited. It is
+    spoken to over its stdin/stdout unless another `reader` and `writer` (a TCP connection) are given."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader | None = None,
+                 writer: asyncio.StreamWriter | None = None) -> None:
         self.process = process
+        self.reader = reader or process.stdout
+        self.writer = writer or process.stdin
         self.stderr = ""
 
     async def send(self, data: bytes) -> None:
-        self.process.stdin.write(data)
-        await self.process.stdin.drain()
+        self.writer.write(data)
+        await self.writer.drain()
 
     async def message(self) -> dict[str, Any]:
         """The next frame the server writes, parsed strictly."""
         async def read() -> dict[str, Any]:
-            headers = await self.process.stdout.readuntil(b"\r\n\r\n")
+            headers = await self.reader.readuntil(b"\r\n\r\n")
             lengths = re.findall(rb"^Content-Length: (\d+)\r$", headers, re.MULTILINE)
             assert len(lengths) == 1, headers
-            return json.loads(await self.process.stdout.readexactly(int(lengths[0])))
+            return json.loads(await self.reader.readexactly(int(lengths[0])))
 
         return await asyncio.wait_for(read(), WAIT_S)
 
@@ -111,12 +117,12 @@ class RawServer:
 
 @pytest.fixture
 async def serve():
-    """`await serve(**env)`: a new `recap serve` process; killed at the end if still running."""
+    """`await serve(*args, **env)`: a new `recap serve *args` process; killed at the end if still running."""
     started: list[asyncio.subprocess.Process] = []
 
-    async def start(**env: str) -> RawServer:
+    async def start(*args: str, **env: str) -> RawServer:
         process = await asyncio.create_subprocess_exec(
-            RECAP, "serve", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            RECAP, "serve", *args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={**os.environ, **env})
         started.append(process)
         return RawServer(process)
@@ -244,7 +250,7 @@ async def test_the_end_of_the_stream_inside_a_frame_ends_the_server_with_a_reaso
     server = await serve()
     await server.initialize()
     await server.send(b"Content-Length: 50\r\n\r\n{")
-    server.process.stdin.close()
+    server.writer.close()
     assert await server.wait() == 0
     assert server.log() == framing("the stream ended inside a message body (1 of 50 bytes)")
 
@@ -309,3 +315,24 @@ async def test_shutdown_then_exit_exits_with_0(serve) -> None:
     await server.initialize()
     assert await server.shut_down() == 0
     assert server.log() == []
+
+
+async def test_the_tcp_transport_reads_through_the_same_checks(serve) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await serve("--tcp", f"127.0.0.1:{port}")
+    for _ in range(400):
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            break
+        except OSError:
+            await asyncio.sleep(0.05)
+    client = RawServer(server.process, reader, writer)
+    await client.initialize(prefix=HUGE)
+    await client.status(2)
+    await client.send(notification("exit"))  # no shutdown
+    assert await client.wait() == 1
+    assert client.log() == framing(
+        f"bad frame: Content-Length 99999999999 is over the limit of {DEFAULT_MAX_MESSAGE_BYTES} bytes{SKIP}",
+        resynced(len(HUGE)))
