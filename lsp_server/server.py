@@ -162,8 +162,11 @@ def max_message_bytes_from_env() -> int:
     raw = os.environ.get(MAX_MESSAGE_BYTES_ENV)
     if raw is None:
         return DEFAULT_MAX_MESSAGE_BYTES
-    if raw.strip().isdigit() and int(raw) > 0:
-        return int(raw)
+    try:
+        if int(raw) > 0:
+            return int(raw)
+    except ValueError:
+        pass
     logger.error("%s must be a positive number of bytes, got %r; using %d",
                  MAX_MESSAGE_BYTES_ENV, raw[:40], DEFAULT_MAX_MESSAGE_BYTES)
     return DEFAULT_MAX_MESSAGE_BYTES
@@ -172,8 +175,8 @@ def max_message_bytes_from_env() -> int:
 class RecapServer(LanguageServer):
     """The recap language server; per-client state lives here.
 
-    `max_message_bytes`: the largest message body read over stdio (bytes; a larger frame is dropped,
-    see `lsp_server.framing`); None reads `max_message_bytes_from_env()`.
+    `max_message_bytes`: the largest message body read (bytes; a larger frame is dropped, see
+    `lsp_server.framing`); None reads `max_message_bytes_from_env()`.
     """
 
     protocol: RecapProtocol
@@ -183,7 +186,7 @@ class RecapServer(LanguageServer):
 
         super().__init__("recap", version("recap"), protocol_cls=RecapProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
-        self.max_message_bytes = max_message_bytes or max_message_bytes_from_env()
+        self.max_message_bytes = max_message_bytes_from_env() if max_message_bytes is None else max_message_bytes
         self.options = ServerOptions()
         self.sessions: dict[str, EditorSession] = {}
         self.policies = PolicyCache()
