@@ -43,7 +43,8 @@ def train(
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
     context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
-    micro_batch: int = typer.Option(4, "--micro-batch", help="Policy turns per forward/backward (gradient accumulation)."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Policy turns per forward/backward (gradient accumulation; same gradient, more memory; may change on --resume)."),
+    activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute activations in the backward pass (less memory, about one more forward)."),
     checkpoint_every: int = typer.Option(1, "--checkpoint-every", help="Checkpoint every K steps."),
     overlong: str = typer.Option("mask", "--overlong", help="Failed episodes cut by the length budget (context exhausted): mask, penalize or ignore."),
     seed: int = typer.Option(0, "--seed", help="Seed of data order, rollout sampling and RNGs."),
@@ -67,6 +68,7 @@ def train(
             sessions_per_step=sessions_per_step, learning_rate=lr, advantage=advantage, kl_coef=kl_coef,  # type: ignore[arg-type]
             lora_rank=lora_rank, lora_alpha=2 * lora_rank, temperature=temperature, max_episode_steps=max_episode_steps,
             max_new_tokens=max_new_tokens, max_context_tokens=context_window, micro_batch_turns=micro_batch,
+            activation_checkpointing=activation_checkpointing,
             checkpoint_every=checkpoint_every, seed=seed, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
             ray_address=ray, ray_workers=ray_workers, rollout_endpoint=rollout_endpoint,
             eval_sessions=str(eval_sessions) if eval_sessions else None, eval_every=eval_every, eval_samples=eval_samples,

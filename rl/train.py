@@ -56,7 +56,11 @@ class TrainConfig:
         warmup_steps: linear warm-up steps, then constant.
         weight_decay: AdamW weight decay.
         max_grad_norm: gradient clipping (L2 norm).
-        micro_batch_turns: policy turns per forward/backward (gradient accumulation).
+        micro_batch_turns: policy turns per forward/backward (gradient accumulation; the gradient
+            is the same for any value, memory grows with it).
+        activation_checkpointing: recompute each layer's activations in the backward pass instead
+            of keeping them (transformers' gradient checkpointing): memory of about one layer's
+            activations instead of all of them, for about one more forward of compute.
         lora_rank, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter (peft).
         advantage: "dr_grpo" (default), "grpo" or "rloo" (`rl.advantages`).
         clip_eps_low, clip_eps_high: PPO clip range [1 - low, 1 + high].
@@ -91,7 +95,8 @@ class TrainConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_turns: int = 4
+    micro_batch_turns: int = 1
+    activation_checkpointing: bool = True
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.0
@@ -143,6 +148,20 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
+    def maths(self) -> dict[str, Any]:
+        """`to_dict` without the settings that cannot change the trained weights (`RESUMABLE_CHANGES`):
+        a resumed run must match its checkpoint here."""
+        return {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_CHANGES}
+
+
+RESUMABLE_CHANGES = frozenset({
+    "steps", "micro_batch_turns", "activation_checkpointing", "checkpoint_every", "save_rollouts",
+    "eval_sessions", "eval_every", "eval_samples", "out_dir",
+})
+"""`TrainConfig` fields a resumed run may change: how many steps in all (the schedule is constant
+after warm-up), how the gradient is accumulated and memory spent, what is saved and evaluated. E.g.
+a run killed for memory resumes with `--micro-batch 1`."""
+
 
 # ---------------------------------------------------------------------------------------------
 # model + LoRA
@@ -167,6 +186,9 @@ def load_trainable_policy(cfg: TrainConfig) -> Any:
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
     policy.model = get_peft_model(policy.model, lora)
+    if cfg.activation_checkpointing:
+        # active only in train mode (the learner's passes); sampling runs in eval mode with its KV cache
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return policy
 
 
@@ -407,8 +429,11 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
         if folder is None:
             raise ConfigError(f"--resume: no checkpoint in {out / 'checkpoints'}")
         state = load_checkpoint(folder, model=policy.model)
-        if state["config"] != cfg.to_dict():
-            raise ConfigError(f"--resume: the configuration differs from the checkpoint's ({folder / 'state.pt'})")
+        saved = {k: v for k, v in state["config"].items() if k not in RESUMABLE_CHANGES}
+        if saved != cfg.maths():
+            changed = sorted(k for k in saved.keys() | cfg.maths().keys() if saved.get(k) != cfg.maths().get(k))
+            raise ConfigError(f"--resume: {', '.join(changed)} differ from the checkpoint's ({folder / 'state.pt'}); "
+                              f"only {', '.join(sorted(RESUMABLE_CHANGES))} may change on resume")
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         cursor = SessionCursor.from_state(state["cursor"], size=len(starts), seed=cfg.seed)
