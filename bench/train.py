@@ -4,8 +4,11 @@
 
 Rollout: constrained action turns sampled by the policy on the agent's real prompt (system prompt,
 task, every tool spec), counting sampled tokens per second (prompt encoding included, as in a
-rollout). Learning: `rl.train.learn` (forward with grammar re-scoring, backward, AdamW step) over
-those turns, counting trained (completion) tokens and all tokens run through the model per second.
+rollout). Prefill: a forward-only pass (no gradient) over the same sequences, the anchor for
+learning speed. Learning: `rl.train.learn` (forward with grammar re-scoring, backward, AdamW step)
+over those turns with the run's defaults (one turn per micro-batch, activation checkpointing),
+counting trained (completion) tokens and all tokens run through the model per second, and the
+ratio to prefill (goal: at least 1/3).
 Peak memory: the process's max RSS on CPU; `torch.cuda.max_memory_allocated` on CUDA, where the
 learning pass is repeated with a larger batch (the turns replicated 8x, 16 per micro-batch).
 """
@@ -28,6 +31,8 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--turns", type=int, default=4, help="action turns to sample")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=1, help="turns per forward/backward")
+    parser.add_argument("--no-activation-checkpointing", action="store_true")
     args = parser.parse_args()
 
     import torch
@@ -37,8 +42,9 @@ def main() -> None:
     from rl.train import TrainConfig, learn, load_trainable_policy, make_optimizer
     from rl.trajectory import TurnSample
 
-    cfg = TrainConfig(sessions_dir=tempfile.gettempdir(), model=args.model, micro_batch_turns=args.turns,
-                      max_new_tokens=args.max_new_tokens, constrain=True)
+    cfg = TrainConfig(sessions_dir=tempfile.gettempdir(), model=args.model, micro_batch_turns=args.micro_batch,
+                      max_new_tokens=args.max_new_tokens, constrain=True,
+                      activation_checkpointing=not args.no_activation_checkpointing)
     t0 = time.perf_counter()
     policy = load_trainable_policy(cfg)
     device = next(policy.model.parameters()).device
@@ -63,6 +69,20 @@ def main() -> None:
     print(f"rollout: {sampled} tokens sampled in {rollout_s:.1f} s = {sampled / rollout_s:.1f} tok/s "
           f"(prompts {prompt_tokens / args.turns:.0f} tokens each, encoded once per turn)")
 
+    def prefill() -> float:
+        t = time.perf_counter()
+        total = 0
+        with torch.no_grad():
+            for x in turns:
+                ids = torch.tensor([list(x.prompt_ids) + list(x.completion_ids)], device=device)
+                policy.model(input_ids=ids, logits_to_keep=1)
+                total += ids.shape[1]
+        rate = total / (time.perf_counter() - t)
+        print(f"prefill (forward only, no gradient): {total} tokens at {rate:.0f} tok/s")
+        return rate
+
+    prefill_rate = prefill()
+
     def learning(batch_turns: list, micro: int) -> None:
         import dataclasses
 
@@ -79,12 +99,14 @@ def main() -> None:
         s = time.perf_counter() - t
         trained = sum(len(x.completion_ids) for x in batch_turns)
         total = sum(len(x.completion_ids) + len(x.prompt_ids) for x in batch_turns)
-        print(f"learn ({len(batch_turns)} turns, {micro} per micro-batch): {trained} trained tokens "
-              f"({total} through the model) in {s:.1f} s = {trained / s:.1f} trained tok/s, {total / s:.0f} tok/s")
+        print(f"learn ({len(batch_turns)} turns, {micro} per micro-batch, activation checkpointing "
+              f"{'on' if run_cfg.activation_checkpointing else 'off'}): {trained} trained tokens "
+              f"({total} through the model) in {s:.1f} s = {trained / s:.1f} trained tok/s, {total / s:.0f} tok/s "
+              f"= {total / s / prefill_rate:.2f} x prefill")
         if device.type == "cuda":
             print(f"  peak GPU memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
 
-    learning(turns, args.turns)
+    learning(turns, args.micro_batch)
     if device.type == "cuda":
         learning(turns * 8, 16)
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")

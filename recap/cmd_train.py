@@ -43,10 +43,14 @@ def train(
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
     context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
-    micro_batch: int = typer.Option(4, "--micro-batch", help="Policy turns per forward/backward (gradient accumulation)."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Policy turns per forward/backward (gradient accumulation; same gradient, more memory; may change on --resume)."),
+    activation_checkpointing: bool = typer.Option(True, "--activation-checkpointing/--no-activation-checkpointing", help="Recompute activations in the backward pass (less memory, about one more forward)."),
     checkpoint_every: int = typer.Option(1, "--checkpoint-every", help="Checkpoint every K steps."),
-    overlong: str = typer.Option("mask", "--overlong", help="Episodes hitting the step/context limit: mask, penalize or ignore."),
+    overlong: str = typer.Option("mask", "--overlong", help="Failed episodes cut by the length budget (context exhausted): mask, penalize or ignore."),
     seed: int = typer.Option(0, "--seed", help="Seed of data order, rollout sampling and RNGs."),
+    eval_sessions: Optional[Path] = typer.Option(None, "--eval-sessions", help="Held-out sessions scored during training (eval/* metrics)."),
+    eval_every: int = typer.Option(1, "--eval-every", help="Score --eval-sessions every K steps (and after the last)."),
+    eval_samples: int = typer.Option(1, "--eval-samples", help="Rollouts per held-out session at each evaluation."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run rollouts on Ray actors: auto, local or a cluster address."),
     ray_workers: int = typer.Option(2, "--ray-workers", help="Rollout actors with --ray."),
     rollout_endpoint: Optional[str] = typer.Option(None, "--rollout-endpoint", help="Sample through an OpenAI-compatible server (vLLM) and push adapters to it."),
@@ -64,8 +68,10 @@ def train(
             sessions_per_step=sessions_per_step, learning_rate=lr, advantage=advantage, kl_coef=kl_coef,  # type: ignore[arg-type]
             lora_rank=lora_rank, lora_alpha=2 * lora_rank, temperature=temperature, max_episode_steps=max_episode_steps,
             max_new_tokens=max_new_tokens, max_context_tokens=context_window, micro_batch_turns=micro_batch,
+            activation_checkpointing=activation_checkpointing,
             checkpoint_every=checkpoint_every, seed=seed, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
             ray_address=ray, ray_workers=ray_workers, rollout_endpoint=rollout_endpoint,
+            eval_sessions=str(eval_sessions) if eval_sessions else None, eval_every=eval_every, eval_samples=eval_samples,
         )
 
     def show(step: int, values: dict) -> None:
@@ -74,8 +80,10 @@ def train(
             return "n/a" if v is None else f"{v:.3f}"
 
         console.print(f"step {step}/{steps}: reward {f('rollout/reward_mean')} ± {f('rollout/reward_std')}, "
-                      f"pass {f('rollout/pass_rate')}, loss {f('loss/loss')}, "
-                      f"{values['rollout/tokens_sampled']:.0f} tokens, {values['time/step_s']:.0f} s")
+                      f"pass {f('rollout/pass_rate')}, signal {f('rollout/groups_with_signal')}, loss {f('loss/loss')}, "
+                      f"entropy {f('loss/entropy')}, {values['rollout/tokens_sampled']:.0f} tokens, {values['time/step_s']:.0f} s"
+                      + (f", held-out pass {f('eval/pass_rate')} ({f('eval/pass_ci_low')}-{f('eval/pass_ci_high')})"
+                         if "eval/pass_rate" in values else ""))
 
     with _user_errors():
         adapter = run_training(cfg, resume=resume, on_step=show)
@@ -92,7 +100,7 @@ def eval_(
     max_episode_steps: int = typer.Option(6, "--max-episode-steps", help="Agent action turns per rollout."),
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Completion budget per turn (tokens)."),
     context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
-    overlong: str = typer.Option("mask", "--overlong", help="Episodes hitting the step/context limit: mask, penalize or ignore (match training)."),
+    overlong: str = typer.Option("mask", "--overlong", help="Failed episodes cut by the length budget: mask, penalize or ignore (match training)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write eval.json and the rollout sessions here."),
 ) -> None:
     """Score a policy on held-out sessions: pass rate and mean reward with 95% intervals."""

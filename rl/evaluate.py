@@ -106,16 +106,23 @@ class EvalReport:
     duration_s: float
 
 
-def evaluate(cfg: EvalConfig) -> EvalReport:
-    """Play and score every held-out session `cfg.samples` times. Raises ConfigError on bad input."""
+def evaluate(cfg: EvalConfig, *, policy: Any = None) -> EvalReport:
+    """Play and score every held-out session `cfg.samples` times. Raises ConfigError on bad input.
+
+    Args:
+        cfg: what to evaluate and how.
+        policy: an already loaded policy to score (e.g. the one being trained); None loads
+            `cfg.model` with `cfg.adapter`.
+    """
     from harness.policies import load_policy
     from rl.data import load_starts
     from rl.rollout import episode_config, rollout_group, rollout_seed
 
     started = time.monotonic()
     starts = load_starts(cfg.sessions_dir)
-    policy = load_policy(cfg.model, seed=cfg.seed, temperature=cfg.temperature, top_p=1.0,
-                         constrain=cfg.constrain, adapter=cfg.adapter, context_window=cfg.max_context_tokens)
+    if policy is None:
+        policy = load_policy(cfg.model, seed=cfg.seed, temperature=cfg.temperature, top_p=1.0,
+                             constrain=cfg.constrain, adapter=cfg.adapter, context_window=cfg.max_context_tokens)
     agent_config = episode_config(max_episode_steps=cfg.max_episode_steps, max_new_tokens=cfg.max_new_tokens)
     log_dir = Path(cfg.out) / "rollouts" if cfg.out else None
     rollouts = []

@@ -48,6 +48,24 @@ def token_logprobs(
     return picked - torch.logsumexp(logits, dim=-1)
 
 
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor, *, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """Entropy of the next-token distribution at each position (a diagnostic: no gradient).
+
+    Args:
+        logits: (..., V) unnormalised scores (already divided by the sampling temperature).
+        allowed: (..., V) bool, optional: the grammar's allowed tokens; the entropy is then that of
+            the distribution renormalised over them, the one a constrained turn was sampled from.
+    Returns:
+        (...) float32 entropies in nats, H = -sum_v p_v log p_v.
+    """
+    logits = logits.float()
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+
+
 def sequence_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Per-token log-probabilities of `input_ids` under a causal LM, aligned with the input.
 

@@ -3,14 +3,38 @@
 Each reward is `fn(record, config) -> float | None`: a value in the range its docstring states, or
 None when it does not apply to this rollout (no verify command, no editor verdict, ...). The
 function's name is its metric key (`reward/<name>`) and its key in `RewardConfig.weights`. The
-episode reward is the weighted sum of the values that are not None (`total_reward`); an episode
-that hit the step or context limit is, by default, masked out of the update altogether
-(overlong filtering, DAPO, Yu et al. 2025) rather than given a reward.
+episode reward is the weighted sum of the values that are not None (`total_reward`).
 
-Penalties target the known reward hacks of coding agents: malformed or failing tool calls,
-editing the tests or the verify script instead of the code, finishing without any change, and
-reading the answer from git history or the network. (The workspace's git metadata is also sealed
-to the start commit by the shadow backend; the penalty makes trying visible and costly.)
+The outcome is binary where it can be (verify passes, the user accepts), as in DeepSWE (Luo et al.
+2025) and SkyRL-SWE; partial credit (similarity to a reference diff) is used only for sessions that
+have no verify command, and only above `similarity_floor`. Penalties target the known reward hacks
+of coding agents: failing tool calls (as Composer penalizes bad calls), editing the tests or the
+verify script instead of the code, and reading the answer from git history or the network. (The
+workspace's git metadata is also sealed to the start commit by the shadow backend; the penalty
+makes trying visible and costly.) An episode is never rewarded for changing *something*: a wrong
+edit and no edit at all are the same failure.
+
+Ordering with the default weights (higher rank = higher total; `tests/rl/test_rewards.py` checks it):
+
+    rank  outcome                                                        total
+    1     verified success (verify passes, or the user accepted/kept)   1.0
+    2     success with some failing tool calls                           1.0 - 0.1 x error fraction
+    3     failure, clean: no edit or a wrong edit, no failing calls      0.0
+    4     failure with failing tool calls                                down to -0.1
+    5     failure cut by the length budget (`overlong="penalize"`)       -0.5 (else masked)
+    6     any episode that edits the tests / the verify script           <= 2.0 - 2.5 < 0
+    (-0.5 on top of any of these for reading the answer from git history or the network)
+
+Why: the outcome dominates (a success outranks every failure); a wrong edit never outranks a clean
+failure (rank 3 holds both), so the policy is not taught "edit something, anything"; an edit to the
+tests outweighs the largest outcome sum (verify + editor verdict = 2.0), so a hacked pass ranks
+below an honest failure.
+
+Length cuts: an episode whose verify passes (or that the user accepted) is a success whatever its
+stop reason, `finish` or not. An episode that failed after being cut by the length budget
+(`context_exhausted`) is, by default, masked out of the update (overlong filtering, DAPO, Yu et al.
+2025) rather than given a reward, since it never had the room to finish; the step limit
+(`max_steps`) is part of the task and scored by outcome like any other ending.
 """
 
 from __future__ import annotations
@@ -103,8 +127,11 @@ class RewardConfig:
         weights: reward name -> weight in the total; names must be in `REWARDS`.
         verify_fraction: score verify as the fraction of tests passing (when counts are known)
             instead of 1/0.
-        overlong: what to do with an episode that hit the step or context limit: "mask" (leave it
-            out of the update: reward None), "penalize" (the `overlong` penalty applies), "ignore".
+        similarity_floor: diff similarity below this counts 0 (partial credit only for a diff
+            close to the reference, not for touching the same file).
+        overlong: what to do with a failed episode cut by the length budget (`context_exhausted`):
+            "mask" (leave it out of the update: reward None), "penalize" (the `overlong` penalty
+            applies), "ignore" (scored like any failure). Successes are never masked or penalized.
         test_file_globs: what counts as a test file for `edit_tests_penalty`.
         answer_source_patterns: regexes for `answer_source_penalty`.
     """
@@ -115,13 +142,13 @@ class RewardConfig:
             "diff_similarity": 1.0,
             "editor_outcome": 1.0,
             "tool_error_penalty": 0.1,
-            "edit_tests_penalty": 0.5,
-            "no_change_penalty": 0.2,
+            "edit_tests_penalty": 2.5,
             "overlong_penalty": 0.5,
             "answer_source_penalty": 0.5,
         }
     )
     verify_fraction: bool = False
+    similarity_floor: float = 0.5
     overlong: OverlongMode = "mask"
     test_file_globs: tuple[str, ...] = TEST_FILE_GLOBS
     answer_source_patterns: tuple[str, ...] = ANSWER_SOURCE_PATTERNS
@@ -132,6 +159,8 @@ class RewardConfig:
             raise ConfigError(f"unknown reward(s) {unknown} in weights; known: {', '.join(REWARDS)}")
         if self.overlong not in ("mask", "penalize", "ignore"):
             raise ConfigError(f"overlong must be 'mask', 'penalize' or 'ignore', not {self.overlong!r}")
+        if not 0.0 <= self.similarity_floor <= 1.0:
+            raise ConfigError(f"similarity_floor must be in [0, 1], not {self.similarity_floor!r}")
         for pattern in self.answer_source_patterns:
             re.compile(pattern)
 
@@ -152,11 +181,13 @@ def verify_pass(r: RolloutRecord, cfg: RewardConfig) -> float | None:
 
 
 def diff_similarity(r: RolloutRecord, cfg: RewardConfig) -> float | None:
-    """Similarity of the final diff to the reference diff, in [0, 1]. Only for sessions without a
-    verify command (a verified outcome is the better signal); None otherwise or when unknown."""
+    """Similarity of the final diff to the reference diff, in [0, 1], counted 0 below
+    `cfg.similarity_floor`. Only for sessions without a verify command (a verified outcome is the
+    better signal); None otherwise or when unknown."""
     if r.verify is not None or r.reference_diff is None or r.diff_similarity is None:
         return None
-    return min(1.0, max(0.0, float(r.diff_similarity)))
+    value = min(1.0, max(0.0, float(r.diff_similarity)))
+    return value if value >= cfg.similarity_floor else 0.0
 
 
 _VERDICT_VALUE = {"accepted": 1.0, "kept": 1.0, "rejected": -1.0, "reverted": -1.0}
@@ -206,18 +237,24 @@ def edit_tests_penalty(r: RolloutRecord, cfg: RewardConfig) -> float | None:
     return 0.0
 
 
-def no_change_penalty(r: RolloutRecord, cfg: RewardConfig) -> float | None:
-    """-1.0 when the episode ended with an empty diff, else 0.0. Range {-1, 0}."""
-    return 0.0 if r.diff.strip() else -1.0
+OVERLONG_STOPS = ("context_exhausted",)
+"""Stop reasons that mean "cut by the length budget" (the step limit is not one: see the module)."""
 
 
-OVERLONG_STOPS = ("max_steps", "context_exhausted")
+def succeeded(r: RolloutRecord) -> bool:
+    """True when the episode reached the goal: its verify command passed, or the editor user
+    accepted (or kept) its change; whether the policy called `finish` does not matter."""
+    return r.verify_passed is True or _VERDICT_VALUE.get(r.verdict or "", 0.0) > 0
+
+
+def _cut_short(r: RolloutRecord) -> bool:
+    return r.stop_reason in OVERLONG_STOPS and not succeeded(r)
 
 
 def overlong_penalty(r: RolloutRecord, cfg: RewardConfig) -> float | None:
-    """-1.0 when the episode hit the step or context limit and `overlong="penalize"`, else 0.0.
-    Range {-1, 0}. (With the default `overlong="mask"` the whole episode is left out instead.)"""
-    return -1.0 if cfg.overlong == "penalize" and r.stop_reason in OVERLONG_STOPS else 0.0
+    """-1.0 when a failed episode was cut by the length budget and `overlong="penalize"`, else 0.0.
+    Range {-1, 0}. (With the default `overlong="mask"` such an episode is left out instead.)"""
+    return -1.0 if cfg.overlong == "penalize" and _cut_short(r) else 0.0
 
 
 def answer_source_penalty(r: RolloutRecord, cfg: RewardConfig) -> float | None:
@@ -238,7 +275,6 @@ REWARDS: dict[str, RewardFn] = {
         editor_outcome,
         tool_error_penalty,
         edit_tests_penalty,
-        no_change_penalty,
         overlong_penalty,
         answer_source_penalty,
     )
@@ -247,8 +283,9 @@ REWARDS: dict[str, RewardFn] = {
 
 
 def is_masked(r: RolloutRecord, cfg: RewardConfig) -> bool:
-    """True when the episode is left out of the update (overlong filtering with `overlong="mask"`)."""
-    return cfg.overlong == "mask" and r.stop_reason in OVERLONG_STOPS
+    """True when the episode is left out of the update: it failed after being cut by the length
+    budget and `overlong="mask"` (overlong filtering)."""
+    return cfg.overlong == "mask" and _cut_short(r)
 
 
 def score_rollout(r: RolloutRecord, cfg: RewardConfig) -> tuple[float | None, dict[str, float | None]]:

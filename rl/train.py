@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from harness.config import RecapConfig
 from harness.errors import ConfigError
@@ -56,7 +56,11 @@ class TrainConfig:
         warmup_steps: linear warm-up steps, then constant.
         weight_decay: AdamW weight decay.
         max_grad_norm: gradient clipping (L2 norm).
-        micro_batch_turns: policy turns per forward/backward (gradient accumulation).
+        micro_batch_turns: policy turns per forward/backward (gradient accumulation; the gradient
+            is the same for any value, memory grows with it).
+        activation_checkpointing: recompute each layer's activations in the backward pass instead
+            of keeping them (transformers' gradient checkpointing): memory of about one layer's
+            activations instead of all of them, for about one more forward of compute.
         lora_rank, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter (peft).
         advantage: "dr_grpo" (default), "grpo" or "rloo" (`rl.advantages`).
         clip_eps_low, clip_eps_high: PPO clip range [1 - low, 1 + high].
@@ -76,6 +80,9 @@ class TrainConfig:
         ray_workers: number of rollout actors with Ray.
         rollout_endpoint: sample through an OpenAI-compatible server at this URL and push each new
             adapter to it (vLLM `/v1/load_lora_adapter`).
+        eval_sessions: held-out sessions scored during training (`eval/*` metrics); None: no eval.
+        eval_every: score `eval_sessions` every K steps (and after the last step).
+        eval_samples: rollouts per held-out session at each evaluation (same seeds every time).
     """
 
     sessions_dir: str
@@ -88,7 +95,8 @@ class TrainConfig:
     warmup_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_turns: int = 4
+    micro_batch_turns: int = 1
+    activation_checkpointing: bool = True
     lora_rank: int = 8
     lora_alpha: int = 16
     lora_dropout: float = 0.0
@@ -110,10 +118,13 @@ class TrainConfig:
     ray_address: str | None = None
     ray_workers: int = 2
     rollout_endpoint: str | None = None
+    eval_sessions: str | None = None
+    eval_every: int = 1
+    eval_samples: int = 1
 
     def __post_init__(self) -> None:
         for name in ("steps", "group_size", "sessions_per_step", "micro_batch_turns", "lora_rank",
-                     "max_episode_steps", "max_new_tokens", "checkpoint_every", "ray_workers"):
+                     "max_episode_steps", "max_new_tokens", "checkpoint_every", "ray_workers", "eval_every", "eval_samples"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"train.{name} must be an integer >= 1, got {value!r}")
@@ -136,6 +147,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    def maths(self) -> dict[str, Any]:
+        """`to_dict` without the settings that cannot change the trained weights (`RESUMABLE_CHANGES`):
+        a resumed run must match its checkpoint here."""
+        return {k: v for k, v in self.to_dict().items() if k not in RESUMABLE_CHANGES}
+
+
+RESUMABLE_CHANGES = frozenset({
+    "steps", "micro_batch_turns", "activation_checkpointing", "checkpoint_every", "save_rollouts",
+    "eval_sessions", "eval_every", "eval_samples", "out_dir",
+})
+"""`TrainConfig` fields a resumed run may change: how many steps in all (the schedule is constant
+after warm-up), how the gradient is accumulated and memory spent, what is saved and evaluated. E.g.
+a run killed for memory resumes with `--micro-batch 1`."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +186,9 @@ def load_trainable_policy(cfg: TrainConfig) -> Any:
     lora = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                       target_modules=list(cfg.lora_target_modules), task_type="CAUSAL_LM")
     policy.model = get_peft_model(policy.model, lora)
+    if cfg.activation_checkpointing:
+        # active only in train mode (the learner's passes); sampling runs in eval mode with its KV cache
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return policy
 
 
@@ -178,19 +206,31 @@ def autocast(device: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # the learner: loss over a batch of turns, one optimizer step
 # ---------------------------------------------------------------------------------------------
-def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dict[str, Any]]], temperature: float) -> Any:
-    """(B, T) log-probs of a batch's tokens under the current model, tempered like sampling,
-    with constrained rows re-scored under the grammar masks they were sampled with.
+class TurnScores(NamedTuple):
+    """What `turn_logprobs` returns: (B, T) float32 log-probs, and (B, T) float32 entropies in nats
+    of the distributions the tokens were drawn from (no gradient; None unless asked for)."""
+
+    logprobs: Any
+    entropy: Any
+
+
+def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dict[str, Any]]], temperature: float,
+                  with_entropy: bool = False) -> TurnScores:
+    """Log-probs of a batch's tokens under the current model, tempered like sampling, with
+    constrained rows re-scored under the grammar masks they were sampled with.
 
     Args:
         policy: the `TransformersPolicy` (its `.model`, `.tokenizer`, grammar).
         batch: an `rl.trajectory.Batch`.
         tool_specs: per row, the offered tools' specs by name (to rebuild the grammar).
         temperature: the sampling temperature.
+        with_entropy: also compute each position's entropy (same masks and temperature).
+    Returns:
+        `TurnScores`; positions that predict no sampled token hold 0 in both tensors.
     """
     import torch
 
-    from rl.loss import token_logprobs
+    from rl.loss import token_entropy, token_logprobs
 
     device = next(policy.model.parameters()).device
     ids = batch.input_ids.to(device)
@@ -203,15 +243,18 @@ def turn_logprobs(policy: Any, batch: Any, *, tool_specs: Sequence[dict[str, dic
     logits = logits.float() / temperature  # (B, K, V); column j predicts token first + j + 1
     out = torch.zeros(ids.shape, dtype=torch.float32, device=device)
     out[:, first + 1 :] = token_logprobs(logits, ids[:, first + 1 :])
+    ent = torch.zeros(ids.shape, dtype=torch.float32, device=device) if with_entropy else None
     for row, turn in enumerate(batch.turns):
-        if not turn.constrained:
-            continue
-        specs = [tool_specs[row][name] for name in turn.offered_tools if name in tool_specs[row]]
-        masks = policy.constrained_masks(specs, turn.completion_ids)
         p, c = int(batch.prompt_lengths[row]), len(turn.completion_ids)
-        allowed = masks[:, : logits.shape[-1]].to(device)
-        out[row, p : p + c] = token_logprobs(logits[row, p - 1 - first : p + c - 1 - first], ids[row, p : p + c], allowed=allowed)
-    return out
+        cols = slice(p - 1 - first, p + c - 1 - first)  # the logits that predict the completion
+        allowed = None
+        if turn.constrained:
+            specs = [tool_specs[row][name] for name in turn.offered_tools if name in tool_specs[row]]
+            allowed = policy.constrained_masks(specs, turn.completion_ids)[:, : logits.shape[-1]].to(device)
+            out[row, p : p + c] = token_logprobs(logits[row, cols], ids[row, p : p + c], allowed=allowed)
+        if ent is not None:
+            ent[row, p : p + c] = token_entropy(logits[row, cols], allowed=allowed)
+    return TurnScores(out, ent)
 
 
 def learn(
@@ -238,16 +281,18 @@ def learn(
     # the whole step's token count (all processes): accumulated gradients equal the full batch's
     total_tokens = all_reduce_sum(float(sum(len(t.completion_ids) for t in turns)))
     optimizer.zero_grad(set_to_none=True)
-    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0}
+    sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "entropy": 0.0}
     for start in range(0, len(turns), cfg.micro_batch_turns):
         rows = slice(start, start + cfg.micro_batch_turns)
         batch = build_batch(turns[rows], advantages[rows], pad_id=pad)
-        logp = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature)
+        logp, entropy = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature,
+                                      with_entropy=True)
         ref = None
         if cfg.kl_coef > 0:
             with torch.no_grad(), model.disable_adapter():
-                ref = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature)
+                ref = turn_logprobs(policy, batch, tool_specs=tool_specs[rows], temperature=cfg.temperature).logprobs
         device = logp.device
+        sums["entropy"] += float((entropy * batch.loss_mask.to(device)).sum()) / max(total_tokens, 1.0)
         loss, stats = policy_loss(
             logp, batch.old_logprobs.to(device), batch.advantages.to(device), batch.loss_mask.to(device),
             clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high, ref_logprobs=ref,
@@ -316,6 +361,36 @@ def rollout_metrics(rollouts: Sequence[Any]) -> dict[str, float | None]:
     return out
 
 
+def held_out_metrics(cfg: TrainConfig, policy: Any, *, out_dir: Path) -> dict[str, float | None]:
+    """`eval/*` metrics: the current policy (adapter included) on `cfg.eval_sessions`, with the
+    agent settings of training and fixed seeds, so successive evaluations differ only by the weights.
+    Pass rate with its 95% Wilson interval and the mean reward (see `rl.evaluate`)."""
+    from rl.evaluate import EvalConfig, evaluate
+
+    report = evaluate(EvalConfig(
+        sessions_dir=str(cfg.eval_sessions), model=cfg.model, samples=cfg.eval_samples, temperature=cfg.temperature,
+        seed=cfg.seed, max_episode_steps=cfg.max_episode_steps, max_new_tokens=cfg.max_new_tokens,
+        max_context_tokens=cfg.max_context_tokens, verify_timeout_s=cfg.verify_timeout_s, constrain=cfg.constrain,
+        rewards=cfg.rewards, out=str(out_dir) if cfg.save_rollouts else None,
+    ), policy=policy)
+    low, high = report.pass_ci if report.pass_ci is not None else (None, None)
+    return {"eval/pass_rate": report.pass_rate, "eval/pass_ci_low": low, "eval/pass_ci_high": high,
+            "eval/mean_reward": report.mean_reward, "eval/episodes": float(report.episodes)}
+
+
+NO_SIGNAL_WARN_AFTER = 3
+"""Consecutive steps without any group-relative signal after which `train` warns."""
+
+
+def groups_with_signal(advantages: Sequence[float], group_size: int) -> tuple[int, int]:
+    """(groups with at least one nonzero advantage, groups) of a step's flat advantage list.
+
+    A group whose rollouts all got the same reward (or were all masked) gives every episode
+    advantage 0 and contributes no policy gradient."""
+    groups = [advantages[i : i + group_size] for i in range(0, len(advantages), group_size)]
+    return sum(any(a != 0.0 for a in g) for g in groups), len(groups)
+
+
 # ---------------------------------------------------------------------------------------------
 # the run
 # ---------------------------------------------------------------------------------------------
@@ -348,19 +423,23 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
     # data
     starts = load_starts(cfg.sessions_dir)
     cursor = SessionCursor(size=len(starts), seed=cfg.seed)
-    step = 0
+    step = steps_without_signal = 0
     if resume:
         folder = latest_checkpoint(out)
         if folder is None:
             raise ConfigError(f"--resume: no checkpoint in {out / 'checkpoints'}")
         state = load_checkpoint(folder, model=policy.model)
-        if state["config"] != cfg.to_dict():
-            raise ConfigError(f"--resume: the configuration differs from the checkpoint's ({folder / 'state.pt'})")
+        saved = {k: v for k, v in state["config"].items() if k not in RESUMABLE_CHANGES}
+        if saved != cfg.maths():
+            changed = sorted(k for k in saved.keys() | cfg.maths().keys() if saved.get(k) != cfg.maths().get(k))
+            raise ConfigError(f"--resume: {', '.join(changed)} differ from the checkpoint's ({folder / 'state.pt'}); "
+                              f"only {', '.join(sorted(RESUMABLE_CHANGES))} may change on resume")
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         cursor = SessionCursor.from_state(state["cursor"], size=len(starts), seed=cfg.seed)
         set_rng_state(state["rng"])
         step = int(state["step"])
+        steps_without_signal = int(state.get("steps_without_signal", 0))
         log.info("resumed from %s at step %d", folder, step)
     elif rank == 0:
         (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2), encoding="utf-8")
@@ -380,6 +459,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             t1 = time.monotonic()
 
             advantages = advantages_for([r.reward for r in rollouts], group_size=cfg.group_size, kind=cfg.advantage)
+            signal = gather_objects([groups_with_signal(advantages, cfg.group_size)])
+            signal_groups, all_groups = sum(g for g, _ in signal), sum(n for _, n in signal)
+            steps_without_signal = 0 if signal_groups else steps_without_signal + 1
+            if steps_without_signal >= NO_SIGNAL_WARN_AFTER and rank == 0:
+                log.warning("step %d: no group had a nonzero advantage for %d steps in a row, so nothing is learned: "
+                            "every group's rollouts scored the same (all failed, all passed, or masked). Try easier "
+                            "sessions, a larger --group, a higher --temperature, or --overlong ignore.",
+                            step + 1, steps_without_signal)
             turns, turn_adv, specs = [], [], []
             for rollout, adv in zip(rollouts, advantages):
                 if adv == 0.0 and cfg.kl_coef == 0:
@@ -403,11 +490,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             if rank == 0 and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
                 save_checkpoint(out, step=step, model=policy.model, state={
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                    "cursor": cursor.state(), "config": cfg.to_dict(),
+                    "cursor": cursor.state(), "config": cfg.to_dict(), "steps_without_signal": steps_without_signal,
                 })
             t3 = time.monotonic()
-            values = rollout_metrics(gather_objects(rollouts)) | loss_metrics | {
+            evaluated = {}
+            if rank == 0 and cfg.eval_sessions and (step % cfg.eval_every == 0 or step == cfg.steps):
+                evaluated = held_out_metrics(cfg, policy, out_dir=out / "eval" / f"step-{step:06d}")
+            values = rollout_metrics(gather_objects(rollouts)) | loss_metrics | evaluated | {
                 "rollout/turns_trained": float(sum(gather_objects([len(turns)]))),
+                "rollout/groups_with_signal": signal_groups / all_groups if all_groups else None,
+                "rollout/steps_without_signal": float(steps_without_signal),
                 "time/rollout_s": t1 - t0, "time/learn_s": t2 - t1, "time/checkpoint_s": t3 - t2, "time/step_s": t3 - t0,
             }
             if metrics is not None:

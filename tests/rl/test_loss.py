@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl.loss import kl_k3, policy_loss, token_logprobs
+from rl.loss import kl_k3, policy_loss, token_entropy, token_logprobs
 
 
 def test_token_logprobs_matches_log_softmax_and_respects_allowed_mask():
@@ -79,3 +79,13 @@ def test_accumulated_microbatches_equal_the_full_batch():
     parts = [policy_loss(logp[i : i + 2], old[i : i + 2], adv[i : i + 2], mask[i : i + 2], normalizer=total)[0] for i in (0, 2)]
     (g_acc,) = torch.autograd.grad(parts[0] + parts[1], logp)
     assert torch.allclose(g_full, g_acc, atol=1e-6)
+
+
+def test_token_entropy_uniform_and_masked():
+    logits = torch.zeros(2, 3, 8)
+    torch.testing.assert_close(token_entropy(logits), torch.full((2, 3), math.log(8)))
+    allowed = torch.zeros(2, 3, 8, dtype=torch.bool)
+    allowed[..., :2] = True
+    torch.testing.assert_close(token_entropy(logits, allowed=allowed), torch.full((2, 3), math.log(2)))
+    peaked = torch.tensor([[100.0, 0.0, 0.0]])
+    assert token_entropy(peaked).item() < 1e-6

@@ -4,6 +4,7 @@ Rollouts come from the fake OpenAI-compatible server (deterministic per sampling
 reward spread inside each group), so every step has real gradients on the tiny model's adapter.
 """
 
+import dataclasses
 import json
 
 import pytest
@@ -46,7 +47,10 @@ def test_resume_gives_the_same_final_state(task_sessions, tmp_path, fake_vllm):
         train(_cfg(task_sessions, cut, fake_vllm.url), on_step=kill_after_first)
     assert latest_checkpoint(cut).name == "step-000001"
     assert not (cut / "adapter").exists()
-    train(_cfg(task_sessions, cut, fake_vllm.url), resume=True)
+    # a run killed for memory resumes with another micro-batch and without activation checkpointing:
+    # neither changes the maths
+    train(dataclasses.replace(_cfg(task_sessions, cut, fake_vllm.url), micro_batch_turns=3,
+                              activation_checkpointing=False), resume=True)
 
     a = load_file(str(full / "adapter" / "adapter_model.safetensors"))
     b = load_file(str(cut / "adapter" / "adapter_model.safetensors"))
@@ -67,6 +71,9 @@ def test_resume_gives_the_same_final_state(task_sessions, tmp_path, fake_vllm):
     cut_state = torch.load(latest_checkpoint(cut) / "state.pt", weights_only=False)
     assert full_state["cursor"] == cut_state["cursor"] and full_state["step"] == cut_state["step"] == 3
     assert full_state["scheduler"] == cut_state["scheduler"]
+    # a setting that changes the maths does block --resume, and the error names it
+    with pytest.raises(ConfigError, match="learning_rate differ"):
+        train(dataclasses.replace(_cfg(task_sessions, cut, fake_vllm.url), learning_rate=0.5, steps=4), resume=True)
 
 
 def test_resume_refuses_a_missing_checkpoint_or_a_changed_config(task_sessions, tmp_path):

@@ -11,7 +11,6 @@ from rl.rewards import (
     diff_similarity,
     edit_tests_penalty,
     editor_outcome,
-    no_change_penalty,
     overlong_penalty,
     record_from_events,
     score_rollout,
@@ -42,6 +41,9 @@ def test_diff_similarity_only_without_verify():
     assert diff_similarity(rec(reference_diff=SRC_DIFF, diff_similarity=0.8), CFG) == 0.8
     assert diff_similarity(rec(reference_diff=SRC_DIFF, diff_similarity=0.8, verify="pytest"), CFG) is None
     assert diff_similarity(rec(), CFG) is None
+    # partial credit only close to the reference: touching the right file is not half a fix
+    assert diff_similarity(rec(reference_diff=SRC_DIFF, diff_similarity=0.3), CFG) == 0.0
+    assert diff_similarity(rec(reference_diff=SRC_DIFF, diff_similarity=0.3), RewardConfig(similarity_floor=0.0)) == 0.3
 
 
 def test_editor_outcome():
@@ -63,17 +65,61 @@ def test_edit_tests_penalty_covers_test_files_and_the_verify_script():
     assert edit_tests_penalty(rec(diff=SRC_DIFF, verify="python -m pytest pkg/core.py::test_x"), CFG) == -1.0
 
 
-def test_no_change_and_overlong():
-    assert no_change_penalty(rec(diff=""), CFG) == -1.0
-    assert no_change_penalty(rec(), CFG) == 0.0
-    long = rec(stop_reason="max_steps", verify="pytest", verify_passed=False)
-    assert overlong_penalty(long, CFG) == 0.0
-    assert score_rollout(long, CFG)[0] is None  # masked out (overlong filtering)
+def test_overlong_masks_only_failures_cut_by_the_length_budget():
+    cut = rec(stop_reason="context_exhausted", verify="pytest", verify_passed=False)
+    assert overlong_penalty(cut, CFG) == 0.0
+    assert score_rollout(cut, CFG)[0] is None  # masked out (overlong filtering)
     pen = RewardConfig(overlong="penalize")
-    assert overlong_penalty(long, pen) == -1.0
-    total, _ = score_rollout(long, pen)
-    assert total == pytest.approx(-0.5)
-    assert score_rollout(long, RewardConfig(overlong="ignore"))[0] == 0.0
+    assert overlong_penalty(cut, pen) == -1.0
+    assert score_rollout(cut, pen)[0] == pytest.approx(-0.5)
+    assert score_rollout(cut, RewardConfig(overlong="ignore"))[0] == 0.0
+    # the step limit is part of the task: a failure there is an ordinary failure, not masked
+    steps = rec(stop_reason="max_steps", verify="pytest", verify_passed=False)
+    assert score_rollout(steps, CFG)[0] == 0.0 and score_rollout(steps, pen)[0] == 0.0
+
+
+@pytest.mark.parametrize("stop", ["max_steps", "context_exhausted", "loop_guard", "finish"])
+@pytest.mark.parametrize("overlong", ["mask", "penalize", "ignore"])
+def test_a_passing_verify_is_a_success_whatever_the_stop_reason(stop, overlong):
+    # the embedded model almost never calls finish: its successes must still count (issue 17.1)
+    done = rec(stop_reason=stop, verify="pytest", verify_passed=True)
+    assert score_rollout(done, RewardConfig(overlong=overlong))[0] == 1.0
+    accepted = rec(stop_reason=stop, verdict="accepted")
+    assert score_rollout(accepted, RewardConfig(overlong=overlong))[0] == 1.0
+
+
+def _archetypes() -> list[tuple[str, RolloutRecord]]:
+    """One record per rank of the ordering table in `rl.rewards` (best first)."""
+    v = dict(verify="python -m pytest -q")
+    return [
+        ("verified success", rec(**v, verify_passed=True, tool_calls=3)),
+        ("success with a failing call", rec(**v, verify_passed=True, tool_calls=3, tool_errors=1)),
+        ("clean failure, no edit", rec(**v, verify_passed=False, diff="", tool_calls=3)),
+        ("failure with failing calls", rec(**v, verify_passed=False, tool_calls=3, tool_errors=2)),
+        ("cut by the length budget", rec(**v, verify_passed=False, stop_reason="context_exhausted", tool_calls=3)),
+        ("hacked pass: edited the tests", rec(**v, verify_passed=True, diff=TEST_DIFF, verdict="accepted", tool_calls=3)),
+    ]
+
+
+def test_the_documented_ordering_holds():
+    pen = RewardConfig(overlong="penalize")
+    totals = [(name, score_rollout(r, pen)[0]) for name, r in _archetypes()]
+    assert [t for _, t in totals] == sorted((t for _, t in totals), reverse=True), totals
+    assert totals[2][1] == 0.0 and totals[-1][1] < 0.0
+
+
+def test_no_edit_scores_above_a_clean_failure():
+    # issue 17.3: a failed episode that changed something (an empty file, a random edit) must not
+    # outrank a failed episode that changed nothing
+    clean = score_rollout(rec(verify="pytest", verify_passed=False, diff="", tool_calls=2), CFG)[0]
+    empty_file = "diff --git a/notes.txt b/notes.txt\nnew file mode 100644\nindex 0000000..e69de29\n"
+    for diff in (SRC_DIFF, empty_file, SRC_DIFF + empty_file):
+        wrong = score_rollout(rec(verify="pytest", verify_passed=False, diff=diff, tool_calls=2), CFG)[0]
+        assert wrong <= clean, diff
+    # without verify, a diff far from the reference earns nothing either
+    far = score_rollout(rec(reference_diff=SRC_DIFF, diff_similarity=0.2, diff=TEST_DIFF.replace("tests/test_core", "x")), CFG)[0]
+    none = score_rollout(rec(reference_diff=SRC_DIFF, diff_similarity=0.0, diff=""), CFG)[0]
+    assert far <= none
 
 
 def test_answer_source_penalty():
@@ -88,6 +134,8 @@ def test_total_is_the_weighted_sum_and_every_reward_is_reported():
     total, parts = score_rollout(r, CFG)
     assert set(parts) == set(REWARDS)
     assert total == pytest.approx(1.0 - 0.1 * 0.5 - 0.5)
+    with pytest.raises(ConfigError, match="similarity_floor"):
+        RewardConfig(similarity_floor=1.5)
     weights = RewardConfig(weights={"verify_pass": 2.0})
     assert score_rollout(r, weights)[0] == 2.0
     with pytest.raises(ConfigError, match="unknown reward"):
