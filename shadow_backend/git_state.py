@@ -410,7 +410,17 @@ class ShadowRepo:
                       stdin=patch.encode("utf-8", "surrogateescape"))
 
     def list_files(self, path: str) -> list[str]:
-        """Existing files under `path` (tracked in the private index, or untracked not ignored)."""
-        out = self._git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path,
-                        index=self.private_index)
+        """Existing files under `path` (tracked in the private index, or untracked not ignored).
+
+        Works whatever a command did to the workspace's `.git` (deleted `HEAD`, or all of it): then
+        the listing goes through an empty stand-in repository next to the private index, which
+        still honours the `.gitignore` files (not the workspace's `info/exclude`)."""
+        listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path]
+        try:
+            out = self._git(*listing, index=self.private_index)
+        except WorkspaceError:
+            stand_in = self.private_index.with_name("stand-in.git")
+            if not (stand_in / "HEAD").is_file():
+                self._git("init", "--bare", "-q", str(stand_in))
+            out = self._git(f"--git-dir={stand_in}", f"--work-tree={self.root}", *listing, index=self.private_index)
         return sorted(_existing_files(self.root, dict.fromkeys(_split_z(out))))

@@ -9,6 +9,7 @@ template's `tools=`.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -17,6 +18,8 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import ToolError
 from harness.session import ErrorKind
 from harness.workspace import Workspace
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,9 @@ class ToolRegistry:
 
     def call(self, name: str, arguments: str | dict[str, Any], workspace: Workspace) -> ToolResult:
         """Validate and run one call. Never raises for bad input: every problem becomes an
-        error `ToolResult` the policy can read (`error_kind` says which)."""
+        error `ToolResult` the policy can read (`error_kind` says which): a `ToolError`, an
+        `OSError` (a path the file system refuses), a `ValueError` (text no system call takes) or a
+        `RecursionError` from the tool are "tool_error" observations."""
         if name not in self._tools:
             return ToolResult(
                 f"unknown tool {name!r}; available tools: {', '.join(self._tools)}",
@@ -146,6 +151,9 @@ class ToolRegistry:
             return tool.fn(params, workspace)
         except ToolError as exc:
             return ToolResult(f"{name} failed: {exc}", is_error=True, error_kind="tool_error")
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        except OSError as exc:  # missing file, a directory, name too long, permissions, ...
             return ToolResult(f"{name} failed: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
                               is_error=True, error_kind="tool_error")
+        except (ValueError, RecursionError) as exc:  # input no system call takes (NUL, lone surrogate, depth)
+            logger.warning("%s raised %s on its arguments", name, type(exc).__name__, exc_info=True)
+            return ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True, error_kind="tool_error")

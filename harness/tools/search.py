@@ -132,6 +132,8 @@ Match = tuple[str, int, str]
 
 def grep(params: GrepParams, workspace: Workspace) -> ToolResult:
     path = params.path.strip().removeprefix("./").rstrip("/") or "."
+    if "\0" in params.pattern or "\0" in (params.include or ""):
+        raise ToolError("pattern and include can't hold a NUL byte (binary files are never searched)")
     if params.include is not None and "/" in params.include:
         raise ToolError("include matches file names only (e.g. '*.py'); put the directory in path")
     if not workspace.exists(path):
@@ -194,7 +196,7 @@ def grep_python(workspace: Workspace, pattern: str, path: str, include: str | No
             continue
         try:
             data = workspace.read_bytes(file)
-        except (OSError, PathOutsideWorkspace):  # a symlink to a directory or out of the workspace
+        except (OSError, ToolError):  # a symlink to a directory, out of the workspace or into .git; a FIFO
             continue
         if b"\0" in data:
             continue
