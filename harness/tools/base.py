@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import ToolError
 from harness.session import ErrorKind
+from harness.toolcall import escape_surrogates
 from harness.workspace import Workspace
 
 logger = logging.getLogger(__name__)
@@ -148,7 +149,8 @@ class ToolRegistry:
         except ValidationError as exc:
             return ToolResult(_format_validation_error(name, exc), is_error=True, error_kind="bad_arguments")
         try:
-            return tool.fn(params, workspace)
+            result = tool.fn(params, workspace)
+            return replace(result, output=escape_surrogates(result.output))  # non-UTF-8 file names
         except ToolError as exc:
             return ToolResult(f"{name} failed: {exc}", is_error=True, error_kind="tool_error")
         except OSError as exc:  # missing file, a directory, name too long, permissions, ...
