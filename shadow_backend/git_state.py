@@ -203,6 +203,15 @@ def _existing_files(root: Path, paths: Iterable[str]) -> list[str]:
     return out
 
 
+def _is_special(path: Path) -> bool:
+    """Whether `path` is a FIFO, socket or device (not a file, directory or symlink; no symlink followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
 def _walk_plain(directory: Path) -> Iterable[str]:
     for dirpath, dirnames, filenames in os.walk(directory):
         links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
@@ -381,7 +390,14 @@ class ShadowRepo:
         return self._diff(old, new)
 
     def diff_worktree(self, start: str) -> str:
-        """Binary-safe diff of the working tree (new, modified, deleted files) against `start`."""
+        """Binary-safe diff of the working tree (new, modified, deleted files) against `start`.
+        A tracked file a command replaced by a FIFO, socket or device shows as deleted (git can
+        store none of them; untracked ones are left out)."""
+        tracked = _split_z(self._git("ls-files", "-z", "--cached", index=self.private_index))
+        special = [rel for rel in tracked if _is_special(self.root / rel)]
+        if special:
+            self._git("update-index", "-z", "--force-remove", "--stdin", index=self.private_index,
+                      stdin="\0".join(special).encode("utf-8", "surrogateescape"))
         self._git("add", "-A", index=self.private_index)
         return self._diff("--cached", start, index=self.private_index)
 
