@@ -4,8 +4,11 @@
 back to Python's `re` over `list_files`/`read_bytes` when it is not (exit 127) or when ripgrep
 rejects the pattern (e.g. look-around, which only Python supports). Both ways give the same
 output: `path:line:text`, sorted by path then line. Both skip binary files (a NUL byte) and
-files ignored by `.gitignore`. Known differences: ripgrep does not follow symlinks, and in a
-file that is not valid UTF-8 its `.` does not match an invalid byte (Python sees U+FFFD there).
+files ignored by `.gitignore`. A FIFO, socket or device is never opened: named as `path` it is
+refused (`Workspace.exists` raises `NotRegularFile`), met in a directory ripgrep skips it (only
+regular files are searched in a walk) and the Python search skips what `read_bytes` refuses.
+Known differences: ripgrep does not follow symlinks, and in a file that is not valid UTF-8 its `.`
+does not match an invalid byte (Python sees U+FFFD there).
 """
 
 from __future__ import annotations
