@@ -16,7 +16,8 @@ broke it (issue 10, faults 3, 5 and 6), through the real tools on real workspace
    written. Names of 255 bytes, 256 components and non-UTF-8 names a listing shows still work.
 4. A FIFO, socket or device in the workspace is refused by every tool and never opened, so nothing
    blocks (every test here has a timeout); grep, glob and list_dir over a directory holding one
-   still answer.
+   still answer. Host git, which opens `.gitignore`, `.gitattributes` and `.git/info/exclude`
+   blindly, reads a FIFO there as empty, and the diff shows a tracked file turned FIFO as deleted.
 5. An agent run making these calls gets error observations and finishes normally.
 
 Promises 1, 2 and 4 are checked on both backends (the Docker ones are marked `docker`).
@@ -287,6 +288,19 @@ def test_searching_and_listing_a_directory_with_special_files_answer(hostile: An
     assert found.output == "README.md:1:hello from the readme"
     assert tool(hostile, "glob", pattern="**/*.py").output == "pkg/calc.py"
     assert not tool(hostile, "list_dir", path=".").is_error
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_git_reads_a_fifo_where_it_reads_rules_as_empty(fresh: Callable[[str], Any], backend: str) -> None:
+    ws = fresh(backend)
+    made = ws.run("mkdir -p sub .git/info && echo x > sub/f.txt && rm -f .gitignore .git/info/exclude && "
+                  "mkfifo .gitignore sub/.gitignore .gitattributes .git/info/exclude", timeout_s=60)
+    assert made.exit_code == 0, made.stderr
+    assert tool(ws, "glob", pattern="**/*.txt").output == "notes.txt\nsub/f.txt"
+    assert not tool(ws, "list_dir", path=".").is_error
+    diff = ws.diff()
+    assert "+++ b/sub/f.txt" in diff
+    assert "deleted file mode 100644\nindex " in diff.split("diff --git a/.gitignore b/.gitignore\n")[1]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
