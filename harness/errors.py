@@ -4,7 +4,10 @@
     ├── ConfigError                 a bad option or combination; the message says how to fix it
     ├── ToolError                   a tool call that cannot run (bad arguments, refused path, ...);
     │                               the agent loop turns it into an error observation
-    │   └── PathOutsideWorkspace    `..`, an absolute path or a symlink leading out of the workspace
+    │   ├── PathOutsideWorkspace    `..`, an absolute path, a symlink leading out of the workspace or
+    │   │                           into the sealed `.git`
+    │   ├── InvalidPath             a path no file system can hold (NUL byte, lone surrogate, too long)
+    │   └── NotRegularFile          a FIFO, socket or device: file tools never open one
     ├── WorkspaceError              the workspace itself failed (creation, a backend problem)
     │   └── CommandTimeout          a command ran past its timeout and its process group was killed
     ├── PolicyError                 the model backend failed (not a malformed completion: that is an
@@ -31,6 +34,14 @@ class ToolError(RecapError):
 
 class PathOutsideWorkspace(ToolError):
     """A path that would leave the workspace root."""
+
+
+class InvalidPath(ToolError):
+    """A path no file system can hold: a NUL byte, a lone surrogate, a name or a path too long."""
+
+
+class NotRegularFile(ToolError):
+    """A path that names a FIFO, socket or device (opening one could block forever)."""
 
 
 class WorkspaceError(RecapError):

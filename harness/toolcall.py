@@ -46,10 +46,21 @@ def parse_tool_calls(text: str, *, turn: int) -> tuple[str, list[ToolCall], list
             errors.append(f'tool call must be an object with a string "name": {body[:200]!r}')
             continue
         args = data.get("arguments", data.get("parameters", {}))
-        arguments = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        calls.append(ToolCall(id=tool_call_id(turn, index), name=data["name"], arguments=arguments))
+        arguments = escape_surrogates(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        calls.append(ToolCall(id=tool_call_id(turn, index), name=escape_surrogates(data["name"]), arguments=arguments))
     content = _BLOCK.sub("", text).strip()
     return content, calls, errors
+
+
+def escape_surrogates(text: str) -> str:
+    """`text` with each lone surrogate written as its `\\udXXX` escape, so that it can be encoded
+    as UTF-8 (session files, prompts). A model writes one as a JSON escape (`"\\ud800"`), which
+    `json.loads` turns into the code point; inside JSON text the escape reads back the same."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:

@@ -18,16 +18,18 @@ inside a repository stands for the whole repository (its top level).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import git
 from gitdb.base import IStream
@@ -201,6 +203,66 @@ def _existing_files(root: Path, paths: Iterable[str]) -> list[str]:
         if not stat.S_ISDIR(mode):
             out.append(rel)
     return out
+
+
+def _is_special(path: Path) -> bool:
+    """Whether `path` is a FIFO, socket or device (not a file, directory or symlink; no symlink followed)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
+_STALL_S = 1.0
+"""How long a git command reading the worktree runs before FIFOs that may block it are opened."""
+
+
+@contextlib.contextmanager
+def _fifos_unblocked(root: Path) -> Iterator[None]:
+    """Keep git from waiting forever on a FIFO while the body runs it over the worktree.
+
+    git opens `.gitignore`, `.gitattributes` and `.git/info/exclude` with a blocking `open()`; a
+    command may have made any of them a FIFO. Once the body has run `_STALL_S` seconds, and every
+    `_STALL_S` after, each FIFO under `root` is opened for writing without blocking and closed at
+    once: a git waiting to read one goes on and reads it as empty. Costs nothing unless git stalls.
+    """
+    done = threading.Event()
+
+    def unblock() -> None:
+        while not done.wait(_STALL_S):
+            for fifo in _fifos_under(root):
+                try:
+                    os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC))
+                except OSError:  # ENXIO: nobody is reading it now
+                    pass
+
+    thread = threading.Thread(target=unblock, name="recap-fifo-unblock", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _fifos_under(root: Path) -> Iterator[str]:
+    """Every FIFO below `root`, `.git` included (no symlink followed; one stat per odd entry)."""
+    pending = [str(root)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                try:
+                    if stat.S_ISFIFO(entry.stat(follow_symlinks=False).st_mode):
+                        yield entry.path
+                except OSError:
+                    continue
 
 
 def _walk_plain(directory: Path) -> Iterable[str]:
@@ -381,9 +443,17 @@ class ShadowRepo:
         return self._diff(old, new)
 
     def diff_worktree(self, start: str) -> str:
-        """Binary-safe diff of the working tree (new, modified, deleted files) against `start`."""
-        self._git("add", "-A", index=self.private_index)
-        return self._diff("--cached", start, index=self.private_index)
+        """Binary-safe diff of the working tree (new, modified, deleted files) against `start`.
+        A tracked file a command replaced by a FIFO, socket or device shows as deleted (git can
+        store none of them; untracked ones are left out)."""
+        with _fifos_unblocked(self.root):
+            tracked = _split_z(self._git("ls-files", "-z", "--cached", index=self.private_index))
+            special = [rel for rel in tracked if _is_special(self.root / rel)]
+            if special:
+                self._git("update-index", "-z", "--force-remove", "--stdin", index=self.private_index,
+                          stdin="\0".join(special).encode("utf-8", "surrogateescape"))
+            self._git("add", "-A", index=self.private_index)
+            return self._diff("--cached", start, index=self.private_index)
 
     def _diff(self, *revs: str, index: Path | None = None) -> str:
         """`git diff --binary`, always valid UTF-8: a text file that is not UTF-8 gets a binary patch
@@ -410,7 +480,20 @@ class ShadowRepo:
                       stdin=patch.encode("utf-8", "surrogateescape"))
 
     def list_files(self, path: str) -> list[str]:
-        """Existing files under `path` (tracked in the private index, or untracked not ignored)."""
-        out = self._git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path,
-                        index=self.private_index)
+        """Existing files under `path` (tracked in the private index, or untracked not ignored).
+
+        Works whatever a command did to the workspace's `.git` (deleted `HEAD`, or all of it): then
+        the listing goes through an empty stand-in repository next to the private index, which
+        still honours the `.gitignore` files (not the workspace's `info/exclude`). A FIFO where git
+        reads ignore rules counts as empty (`_fifos_unblocked`)."""
+        listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path]
+        with _fifos_unblocked(self.root):
+            try:
+                out = self._git(*listing, index=self.private_index)
+            except WorkspaceError:
+                stand_in = self.private_index.with_name("stand-in.git")
+                if not (stand_in / "HEAD").is_file():
+                    self._git("init", "--bare", "-q", str(stand_in))
+                out = self._git(f"--git-dir={stand_in}", f"--work-tree={self.root}", *listing,
+                                index=self.private_index)
         return sorted(_existing_files(self.root, dict.fromkeys(_split_z(out))))

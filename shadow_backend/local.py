@@ -28,6 +28,7 @@ import resource
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, Sequence
 
 from harness.errors import ConfigError, WorkspaceError
-from harness.workspace import CommandResult, WorkspaceOrigin, confine
+from harness.workspace import CommandResult, WorkspaceOrigin, check_path, confine, special_file_error
 from shadow_backend import gc, git_state
 
 logger = logging.getLogger(__name__)
@@ -235,7 +236,8 @@ class LocalWorkspace:
         return str(self._root)
 
     def read_bytes(self, path: str) -> bytes:
-        return confine(self._root, path).read_bytes()
+        """The file's bytes. Opened without blocking and checked once open (`_read_regular`)."""
+        return _read_regular(confine(self._root, path), path)
 
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write through a temp file and a rename: forks sharing hard links never see it."""
@@ -257,7 +259,7 @@ class LocalWorkspace:
             raise
 
     def delete(self, path: str) -> None:
-        pure = PurePosixPath(path)
+        pure = PurePosixPath(check_path(path))
         entry = confine(self._root, str(pure.parent)) / pure.name
         if not entry.is_symlink():  # a symlink itself is removed, wherever it points
             entry = confine(self._root, path)
@@ -375,6 +377,22 @@ class LocalWorkspace:
         if not self.network:
             argv.append("--unshare-net")
         return argv + ["--"]
+
+
+def _read_regular(target: Path, path: str) -> bytes:
+    """Read `target` (`path` for messages; symlinks already resolved) if it is a regular file when
+    opened. `O_NONBLOCK` keeps the open from waiting on a FIFO a command put there after `confine`
+    looked (`fstat` then refuses it), `O_NOFOLLOW` from following a symlink put there.
+
+    Raises: NotRegularFile, IsADirectoryError, OSError."""
+    fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(21, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise special_file_error(path, mode)
+        return handle.read()
 
 
 def _visible_below_tmp(path_var: str) -> list[str]:

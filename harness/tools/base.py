@@ -9,14 +9,18 @@ template's `tools=`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import ToolError
 from harness.session import ErrorKind
+from harness.toolcall import escape_surrogates
 from harness.workspace import Workspace
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,9 @@ class ToolRegistry:
 
     def call(self, name: str, arguments: str | dict[str, Any], workspace: Workspace) -> ToolResult:
         """Validate and run one call. Never raises for bad input: every problem becomes an
-        error `ToolResult` the policy can read (`error_kind` says which)."""
+        error `ToolResult` the policy can read (`error_kind` says which): a `ToolError`, an
+        `OSError` (a path the file system refuses), a `ValueError` (text no system call takes) or a
+        `RecursionError` from the tool are "tool_error" observations."""
         if name not in self._tools:
             return ToolResult(
                 f"unknown tool {name!r}; available tools: {', '.join(self._tools)}",
@@ -143,9 +149,13 @@ class ToolRegistry:
         except ValidationError as exc:
             return ToolResult(_format_validation_error(name, exc), is_error=True, error_kind="bad_arguments")
         try:
-            return tool.fn(params, workspace)
+            result = tool.fn(params, workspace)
+            return replace(result, output=escape_surrogates(result.output))  # non-UTF-8 file names
         except ToolError as exc:
             return ToolResult(f"{name} failed: {exc}", is_error=True, error_kind="tool_error")
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
+        except OSError as exc:  # missing file, a directory, name too long, permissions, ...
             return ToolResult(f"{name} failed: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "),
                               is_error=True, error_kind="tool_error")
+        except (ValueError, RecursionError) as exc:  # input no system call takes (NUL, lone surrogate, depth)
+            logger.warning("%s raised %s on its arguments", name, type(exc).__name__, exc_info=True)
+            return ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True, error_kind="tool_error")

@@ -4,8 +4,11 @@
 back to Python's `re` over `list_files`/`read_bytes` when it is not (exit 127) or when ripgrep
 rejects the pattern (e.g. look-around, which only Python supports). Both ways give the same
 output: `path:line:text`, sorted by path then line. Both skip binary files (a NUL byte) and
-files ignored by `.gitignore`. Known differences: ripgrep does not follow symlinks, and in a
-file that is not valid UTF-8 its `.` does not match an invalid byte (Python sees U+FFFD there).
+files ignored by `.gitignore`. A FIFO, socket or device is never opened: named as `path` it is
+refused (`Workspace.exists` raises `NotRegularFile`), met in a directory ripgrep skips it (only
+regular files are searched in a walk) and the Python search skips what `read_bytes` refuses.
+Known differences: ripgrep does not follow symlinks, and in a file that is not valid UTF-8 its `.`
+does not match an invalid byte (Python sees U+FFFD there).
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ Match = tuple[str, int, str]
 
 def grep(params: GrepParams, workspace: Workspace) -> ToolResult:
     path = params.path.strip().removeprefix("./").rstrip("/") or "."
+    if "\0" in params.pattern or "\0" in (params.include or ""):
+        raise ToolError("pattern and include can't hold a NUL byte (binary files are never searched)")
     if params.include is not None and "/" in params.include:
         raise ToolError("include matches file names only (e.g. '*.py'); put the directory in path")
     if not workspace.exists(path):
@@ -194,7 +199,7 @@ def grep_python(workspace: Workspace, pattern: str, path: str, include: str | No
             continue
         try:
             data = workspace.read_bytes(file)
-        except (OSError, PathOutsideWorkspace):  # a symlink to a directory or out of the workspace
+        except (OSError, ToolError):  # a symlink to a directory, out of the workspace or into .git; a FIFO
             continue
         if b"\0" in data:
             continue
