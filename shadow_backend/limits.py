@@ -44,6 +44,13 @@ def size_words(n: int) -> str:
     return f"{n} bytes"
 
 
+def tell(stderr: str, notes: Sequence[str]) -> str:
+    """`stderr` with one `[recap] NOTE` line per note appended (what the model reads)."""
+    if not notes:
+        return stderr
+    return stderr + ("" if not stderr or stderr.endswith("\n") else "\n") + "".join(f"[recap] {n}\n" for n in notes)
+
+
 @dataclass(frozen=True)
 class _Layout:
     """Where command cgroups are made: `parents` maps a controller ('memory', 'pids') to the
@@ -215,6 +222,34 @@ class CommandCgroup:
                 return
             if dirs:
                 time.sleep(0.02)
+
+
+class ContainerEvents:
+    """Limit events of a Docker container's cgroup, read from the host (cgroupfs or systemd
+    driver, v1 or v2): `count()` gives (out-of-memory kills, failed forks at pids.max) so far,
+    and `hits(before, ...)` the sentences for what a command added. Where the host does not show
+    the container's cgroup, counts stay (0, 0) and nothing is told."""
+
+    def __init__(self, container_id: str) -> None:
+        names = [f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"]
+        v1 = {c: next((d for n in names if (d := _CGROUP_ROOT / c / n).is_dir()), None) for c in ("memory", "pids")}
+        v2 = next((d for n in names if (d := _CGROUP_ROOT / n).is_dir()), None)
+        self._oom = v1["memory"] / "memory.oom_control" if v1["memory"] else (v2 / "memory.events" if v2 else None)
+        self._pids = v1["pids"] / "pids.events" if v1["pids"] else (v2 / "pids.events" if v2 else None)
+
+    def count(self) -> tuple[int, int]:
+        return (_counter(self._oom, "oom_kill") if self._oom else 0, _counter(self._pids, "max") if self._pids else 0)
+
+    def hits(self, before: tuple[int, int], *, memory: str, processes: int) -> list[str]:
+        oom, forks = (after - was for after, was in zip(self.count(), before))
+        found = []
+        if oom > 0:
+            found.append(f"memory limit of {memory} reached: the kernel killed "
+                         f"{'a process' if oom == 1 else f'{oom} processes'} of this command (out of memory)")
+        if forks > 0:
+            found.append(f"process limit of {processes} reached: starting a process or thread failed "
+                         "(fork: Resource temporarily unavailable)")
+        return found
 
 
 def _pids(path: Path) -> list[int]:

@@ -180,9 +180,7 @@ def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: 
     finally:
         if cgroup is not None:
             cgroup.close()
-    if notes:
-        err += ("" if not err or err.endswith("\n") else "\n") + "".join(f"[recap] {note}\n" for note in notes)
-    return CommandResult(exit_code, out, err, timed_out, time.monotonic() - started)
+    return CommandResult(exit_code, out, limits.tell(err, notes), timed_out, time.monotonic() - started)
 
 
 def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig,
