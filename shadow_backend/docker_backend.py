@@ -18,7 +18,9 @@ backend's semantics; `run()` execs inside the container:
 - a command killed by a signal exits 128+N (bash's convention), e.g. 137 for the OOM killer;
 - stdout/stderr are kept up to `max_output_bytes` each (head and tail, with a marker).
 
-Threat model: sandbox. Commands, and whatever they start, are untrusted; the host, dockerd and
+Threat model: sandbox
+
+Commands, and whatever they start, are untrusted; the host, dockerd and
 the base image are trusted. A command sees the image's files (a read-only root file system) and
 the workspace (read-write at /workspace), a private /tmp and /dev/shm of `tmp_size_bytes` each,
 and no network. It runs as a non-root user without capabilities (`no-new-privileges`), in the

@@ -140,6 +140,7 @@ class CommandCgroup:
     def __init__(self, layout: _Layout, dirs: dict[str, Path], memory_bytes: int | None,
                  max_processes: int | None) -> None:
         self._layout, self.dirs = layout, dirs
+        self._procs_files = [str(path / "cgroup.procs") for path in dict.fromkeys(dirs.values())]
         self.memory_bytes, self.max_processes = memory_bytes, max_processes
 
     @classmethod
@@ -180,11 +181,15 @@ class CommandCgroup:
                 (mem / "memory.memsw.limit_in_bytes").write_text(str(self.memory_bytes))
 
     def enter(self) -> None:
-        """Move the calling process into the cgroup (in the child, before exec: all it starts follows)."""
-        pid = str(os.getpid())
-        for path in dict.fromkeys(self.dirs.values()):
-            with open(path / "cgroup.procs", "w") as procs:
-                procs.write(pid)
+        """Move the calling process into the cgroup (in the child, before exec: all it starts
+        follows). Plain system calls only, as fits a forked child of a threaded process."""
+        pid = str(os.getpid()).encode()
+        for procs in self._procs_files:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
 
     def hits(self) -> list[str]:
         """What limits the command ran into, as sentences for the model (empty when none)."""

@@ -13,7 +13,9 @@ Commands run with the root as cwd, in their own session and process group, with 
 environment, and output bounded while it is read. When bubblewrap works they run in `bwrap`
 (`shadow_backend.sandbox`); `origin.sandbox` says what applies.
 
-Threat model: sandbox. Commands (and what they start) are untrusted: the model wrote them, or
+Threat model: sandbox
+
+Commands (and what they start) are untrusted: the model wrote them, or
 the repository did. They see the toolchain and /etc's public files read-only, their workspace
 and $HOME read-write, a private size-limited /tmp, and nothing else of the host: no secrets
 (/etc/shadow, /root, /home), no host UNIX socket (docker.sock, /run), no network unless

@@ -1,6 +1,8 @@
 """The bubblewrap sandbox of local commands: what a command sees of the host, and as whom it runs.
 
-Threat model: sandbox. The command text, and every program it runs, is untrusted (the model
+Threat model: sandbox
+
+The command text, and every program it runs, is untrusted (the model
 wrote it, or the repository it works on did). Trusted: the host, recap's own process, bwrap.
 `bwrap_argv` builds a new root from a short allow-list instead of showing the host:
 
@@ -48,8 +50,26 @@ _ETC_SECRETS = ("shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.
 _TOOLCHAIN_SECRETS = ("credentials", "credentials.toml", ".credentials.toml", ".pypirc", ".netrc")
 _NEVER_WHOLE = ("/", "/root", "/home", "/etc", "/var", "/run", "/tmp", "/proc", "/sys", "/dev", "/mnt",
                 "/media", "/srv", "/opt", "/boot")
-_ISOLATION = ["--unshare-user", "--cap-drop", "ALL", "--disable-userns", "--unshare-pid", "--unshare-ipc",
-              "--die-with-parent", "--new-session"]
+_ISOLATION = ["--unshare-user", "--cap-drop", "ALL", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+              "--new-session"]
+
+
+@functools.cache
+def _supports(option: str) -> bool:
+    """Whether this bwrap knows `option` (--disable-userns came in 0.8, --size in 0.7): an older
+    one still sandboxes, without that option (the memory cgroup still bounds /tmp then)."""
+    try:
+        return option in subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _isolation() -> list[str]:
+    return _ISOLATION + (["--disable-userns"] if _supports("--disable-userns") else [])
+
+
+def _tmpfs(path: str, size_bytes: int) -> list[str]:
+    return (["--size", str(size_bytes)] if _supports("--size") else []) + ["--tmpfs", path]
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -72,8 +92,8 @@ def bwrap_works() -> bool:
     """Whether bubblewrap can make the namespaces and mounts commands run in (probed once per process)."""
     if shutil.which("bwrap") is None:
         return False
-    probe = ["bwrap", *_ISOLATION, *_system_argv(), "--dev", "/dev", "--proc", "/proc",
-             "--size", str(2**20), "--tmpfs", "/tmp", "--unshare-net", "--remount-ro", "/", "true"]
+    probe = ["bwrap", *_isolation(), *_system_argv(), "--dev", "/dev", "--proc", "/proc", *_tmpfs("/tmp", 2**20),
+             "--unshare-net", "--remount-ro", "/", "true"]
     try:
         result = subprocess.run(probe, capture_output=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
@@ -153,8 +173,7 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: 
         tmp_size_bytes: size of the private /tmp and /dev/shm, each.
     """
     uid, gid = sandbox_ids()
-    size = str(tmp_size_bytes)
-    argv = ["bwrap", *_ISOLATION, "--uid", str(uid), "--gid", str(gid), *_system_argv(),
+    argv = ["bwrap", *_isolation(), "--uid", str(uid), "--gid", str(gid), *_system_argv(),
             "--ro-bind", "/etc", "/etc", *_masks(etc_secrets())]
     if network:
         resolv = Path("/etc/resolv.conf").resolve()
@@ -162,8 +181,8 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: 
             argv += ["--ro-bind", str(resolv), str(resolv)]
     else:
         argv.append("--unshare-net")
-    argv += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
-             "--proc", "/proc", "--size", size, "--tmpfs", "/tmp"]
+    argv += ["--dev", "/dev", *_tmpfs("/dev/shm", tmp_size_bytes), "--remount-ro", "/dev",
+             "--proc", "/proc", *_tmpfs("/tmp", tmp_size_bytes)]
     tools = toolchain_dirs(path_var)
     for path in tools:
         argv += ["--ro-bind", path, path]

@@ -165,6 +165,14 @@ def test_root_and_dev_are_read_only(repo: Path) -> None:
     assert result.stderr.count("Read-only file system") == 3
 
 
+def test_no_new_user_namespace_inside(repo: Path) -> None:
+    # a nested user namespace would hand the command capabilities (over its own mounts)
+    with LocalBackend.create(repo) as ws:
+        result = ws.run("unshare --user --map-root-user id -u", timeout_s=30)
+    assert result.exit_code != 0 and result.stdout == ""
+    assert "unshare failed" in result.stderr  # refused by the kernel (user.max_user_namespaces=0)
+
+
 # --- limits, on both backends -----------------------------------------------------------------
 
 @pytest.mark.parametrize("backend", BACKENDS)
