@@ -140,16 +140,28 @@ def etc_secrets(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
 
 def toolchain_dirs(path_var: str) -> list[str]:
     """Host directories commands see read-only besides the system ones: the running
-    interpreter's environment (`sys.prefix`, `sys.base_prefix`) and each absolute PATH entry
-    (for a `bin` entry its parent, where a virtualenv keeps pyvenv.cfg and its lib/); none that
-    lies below a system directory or another one of them, and never a directory of `_NEVER_WHOLE`
-    or $HOME as a whole (a `~/bin` entry is bound alone)."""
-    never = {Path(p) for p in _NEVER_WHOLE} | {Path.home().resolve()}
+    interpreter's environment (`sys.prefix`, `sys.base_prefix`), each absolute PATH entry and the
+    directory of each program a PATH entry links to elsewhere (e.g. /usr/local/bin/node ->
+    /opt/node/bin/node); for a `bin` directory its parent, where a virtualenv keeps pyvenv.cfg and
+    its lib/. None that lies below a system directory or another one of them, and never one of
+    `_NEVER_WHOLE` or $HOME as a whole (a `~/bin` entry is bound alone)."""
+    return list(_toolchain_dirs(path_var, str(Path.home().resolve()), sys.prefix, sys.base_prefix))
+
+
+@functools.cache
+def _toolchain_dirs(path_var: str, home: str, *prefixes: str) -> tuple[str, ...]:
+    never = {Path(p) for p in _NEVER_WHOLE} | {Path(home)}
     system = [Path(p).resolve() for p in _SYSTEM_DIRS if os.path.isdir(p)]
-    found: list[Path] = []
-    for entry in (sys.prefix, sys.base_prefix, *path_var.split(os.pathsep)):
-        if not entry or not os.path.isabs(entry):
+    on_path = list(dict.fromkeys(os.path.realpath(e) for e in path_var.split(os.pathsep) if os.path.isabs(e)))
+    entries = [*prefixes, *on_path]
+    for entry in on_path:
+        try:
+            targets = {os.path.realpath(e.path) for e in os.scandir(entry) if e.is_symlink()}
+        except OSError:
             continue
+        entries += [os.path.dirname(t) for t in targets if os.path.isfile(t)]
+    found: list[Path] = []
+    for entry in dict.fromkeys(entries):
         path = Path(entry).resolve()
         if path.name == "bin" and path.parent not in never:
             path = path.parent
@@ -157,7 +169,7 @@ def toolchain_dirs(path_var: str) -> list[str]:
             continue
         if path not in found:
             found.append(path)
-    return [str(p) for p in found if not any(q in p.parents for q in found)]
+    return tuple(str(p) for p in found if not any(q in p.parents for q in found))
 
 
 def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: Sequence[Path] = (),

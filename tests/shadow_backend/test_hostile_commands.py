@@ -159,6 +159,26 @@ def test_the_toolchain_still_runs_tests_in_the_workspace(make_repo: Any) -> None
     assert "Read-only file system" in result.stderr and not (Path(sys.prefix) / "x").exists()
 
 
+def test_programs_linked_from_path_stay_visible(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # /usr/local/bin/node -> /opt/node/bin/node: the link's target prefix is bound, not its neighbours
+    prefix = tmp_path / "opt" / "tool"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "share").mkdir()
+    (prefix / "share" / "data.txt").write_text("tool data\n")
+    tool = prefix / "bin" / "recap-linked-tool"
+    tool.write_text('#!/bin/sh\ncat "$(dirname "$(readlink -f "$0")")/../share/data.txt"\n')
+    tool.chmod(0o755)
+    (tmp_path / "opt" / "secret.txt").write_text("not the tool's\n")
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "recap-linked-tool").symlink_to(tool)
+    monkeypatch.setenv("PATH", f"{links}{os.pathsep}{os.environ['PATH']}")
+    with LocalBackend.create(repo) as ws:
+        result = ws.run(f"recap-linked-tool; cat {tmp_path}/opt/secret.txt", timeout_s=30)
+    assert result.stdout == "tool data\n"
+    assert "secret.txt: No such file or directory" in result.stderr
+
+
 def test_root_and_dev_are_read_only(repo: Path) -> None:
     with LocalBackend.create(repo) as ws:
         result = ws.run("touch /made-here /dev/made-here /etc/made-here", timeout_s=30)
