@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from shadow_backend import limits
 from shadow_backend.limits import cgroups_available
 from shadow_backend.local import LocalBackend, LocalConfig
 
@@ -223,6 +224,16 @@ def test_shared_anonymous_memory_hits_the_memory_limit(repo: Path, backend: str)
     if backend == "docker" or cgroups_available():
         assert "[recap] memory limit of 64" in result.stderr, result.stderr
     assert after.stdout == "still here\n"
+
+
+def test_without_a_cgroup_rlimits_stand_in(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # where no cgroup can be made, RLIMIT_AS bounds shared mappings too (and the words say so)
+    monkeypatch.setattr(limits, "_layout", lambda: None)
+    with _limited("local", repo, memory_mib=256) as ws:
+        assert "memory 256 MiB (rlimit)" in ws.origin.sandbox
+        result = ws.run(_python(SHARED_MEMORY.format(size=512 * MiB)), timeout_s=60)
+    assert result.exit_code != 0 and "survived" not in result.stdout
+    assert "Cannot allocate memory" in result.stderr
 
 
 @pytest.mark.skipif(not cgroups_available(), reason="tmpfs pages count only in a cgroup (told as 'rlimit')")
