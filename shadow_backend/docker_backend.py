@@ -20,16 +20,16 @@ backend's semantics; `run()` execs inside the container:
 
 Threat model: sandbox
 
-Commands, and whatever they start, are untrusted; the host, dockerd and
-the base image are trusted. A command sees the image's files (a read-only root file system) and
-the workspace (read-write at /workspace), a private /tmp and /dev/shm of `tmp_size_bytes` each,
-and no network. It runs as a non-root user without capabilities (`no-new-privileges`), in the
-container's cgroup: memory (shared memory and tmpfs included) up to `mem_limit`, at most
-`pids_limit` processes. The workspace, a host directory, may grow by `disk_quota_bytes` (one
-file by as much: RLIMIT_FSIZE inside, "File too large"); the host checks its size while a
-command runs and stops one that goes past it. A limit a command runs into is told at the end of
-its stderr (`[recap] memory limit of 1g reached: ...`, read from the container's cgroup events
-where the host shows them). Not covered: kernel or dockerd bugs, CPU time beyond `cpus`.
+Commands, and whatever they start, are untrusted; the host, dockerd and the base image are trusted.
+A command sees the image's files (a read-only root file system) and the workspace (read-write at
+/workspace), a private /tmp and /dev/shm of `tmp_size_bytes` each, and no network. It runs as a
+non-root user without capabilities (`no-new-privileges`), in the container's cgroup: memory (shared
+memory and tmpfs included) up to `mem_limit`, at most `pids_limit` processes. The workspace, a host
+directory, may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE inside, "File too
+large"); the host checks its size while a command runs and stops one that goes past it. A limit a
+command runs into is told at the end of its stderr (`[recap] memory limit of 1g reached: ...`, read
+from the container's cgroup events where the host shows them). Not covered: kernel or dockerd bugs,
+CPU time beyond `cpus`.
 
 Containers carry labels (`recap.workspace=1`, owner pid/start/host, created time) so that
 `recap backend gc` (run also at start-up, once per process) removes what a crash left behind.

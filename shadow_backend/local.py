@@ -15,18 +15,18 @@ environment, and output bounded while it is read. When bubblewrap works they run
 
 Threat model: sandbox
 
-Commands (and what they start) are untrusted: the model wrote them, or
-the repository did. They see the toolchain and /etc's public files read-only, their workspace
-and $HOME read-write, a private size-limited /tmp, and nothing else of the host: no secrets
-(/etc/shadow, /root, /home), no host UNIX socket (docker.sock, /run), no network unless
-`network=True`; they run without capabilities in their own user, PID, IPC and mount namespaces
-(see `shadow_backend.sandbox` for the exact list). Each command gets its own cgroup where this
-process can make one (`shadow_backend.limits`): memory (shared memory and tmpfs included) and a
-process cap that holds for root; elsewhere rlimits stand in (RLIMIT_AS, RLIMIT_NPROC, which root
-escapes), and `origin.sandbox` says "rlimit". The workspace may grow by `disk_quota_bytes` (one
-file by as much: RLIMIT_FSIZE); a command that goes past it is stopped. A limit a command runs
-into is told at the end of its stderr (`[recap] memory limit of 4 GiB reached: ...`). With
-`sandbox="none"` or without bubblewrap only the limits apply: commands see the host as the user.
+Commands (and what they start) are untrusted: the model wrote them, or the repository did. They see
+the toolchain and /etc's public files read-only, their workspace and $HOME read-write, a private
+size-limited /tmp, and nothing else of the host: no secrets (/etc/shadow, /root, /home), no host
+UNIX socket (docker.sock, /run), no network unless `network=True`; they run without capabilities in
+their own user, PID, IPC and mount namespaces (see `shadow_backend.sandbox` for the exact list).
+Each command gets its own cgroup where this process can make one (`shadow_backend.limits`): memory
+(shared memory and tmpfs included) and a process cap that holds for root; elsewhere rlimits stand
+in (RLIMIT_AS, RLIMIT_NPROC, which root escapes), and `origin.sandbox` says "rlimit". The workspace
+may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE); a command that goes past it is
+stopped. A limit a command runs into is told at the end of its stderr (`[recap] memory limit of
+4 GiB reached: ...`). With `sandbox="none"` or without bubblewrap only the limits apply: commands see
+the host as the user.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Threat model: sandbox
 
-The command text, and every program it runs, is untrusted (the model
-wrote it, or the repository it works on did). Trusted: the host, recap's own process, bwrap.
-`bwrap_argv` builds a new root from a short allow-list instead of showing the host:
+The command text, and every program it runs, is untrusted (the model wrote it, or the repository it
+works on did). Trusted: the host, recap's own process, bwrap. `bwrap_argv` builds a new root from a
+short allow-list instead of showing the host:
 
 - read-only: the system directories (`/usr`, `/bin`, `/sbin`, `/lib*`, as symlinks where the
   host has merged /usr) and `/etc` minus its secrets: `shadow`, `gshadow`, `sudoers`, `ssh/`,
