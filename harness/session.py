@@ -9,21 +9,45 @@ for rewards and replay.
 
 Reading (`read_session`) validates every line. A torn final line (a crash mid-write) is dropped and
 reported through `Session.torn`; any other bad line raises `SessionFormatError` naming the line.
+
+Threat model. A session file is untrusted input: it may come from someone else (a shared session,
+a training set), and `recap session show`, `recap replay`, `recap train`/`eval` and
+`recap tasks split` read it. `read_session` is the one reader they all use, and it promises:
+
+- it never blocks and never reads without bound: anything but a regular file (a FIFO, a device
+  such as /dev/zero, a socket, a directory) is refused from `stat` without being opened, and the
+  open is non-blocking in case the path is swapped meanwhile; lines are read one at a time, each
+  at most `SessionLimits.max_line_bytes`, the file at most `max_file_bytes`;
+- it never crashes on content: bad JSON, nesting past `max_depth` (no RecursionError), an event
+  that does not validate, a `seq` gap or duplicate all raise `SessionFormatError` naming FILE:LINE,
+  which every command prints as `error: ...` (exit status 2);
+- what it returns are validated, typed events: strings, numbers and the free-form `config`,
+  `meta`, `tools` dicts (bounded in depth), nothing executable.
+
+What the file is trusted for is only the data of an episode: which repository and commit to start
+from, the diff and buffers to apply, the task, the tool calls, the verify command. Consumers must
+treat those fields as untrusted too: the repository is only read (`shadow_backend.git_state`), the
+diff and buffers are applied inside the new workspace and cannot leave it (`confine`, `git apply`),
+tool calls and the verify command run only inside the workspace sandbox, and the recorded `model`
+and `adapter_id` are shown, never loaded (the policy to run is always named by the user). See
+`shadow_backend.replay` for replay's side of this.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import stat
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal, Union
+from typing import IO, Annotated, Any, Iterator, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from harness.errors import SessionFormatError
+from harness.errors import ConfigError, SessionFormatError
 
 SCHEMA_VERSION = 1
 
@@ -49,7 +73,10 @@ class SessionStart(_Event):
     session_id: str
     source: Literal["cli", "lsp", "mined", "task", "replay", "rollout"] = "cli"
     repo: str
-    base_commit: str | None = None
+    """Absolute path of the repository the episode started from (read, never written)."""
+    base_commit: str | None = Field(None, pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+    """Full object id (SHA-1 or SHA-256, lowercase hex) of the start commit; never a revision
+    expression or anything git could take for an option."""
     base_diff: str = ""
     """Unified diff from `base_commit` to the state the agent started from (staged, unstaged and
     untracked changes); binary-safe git format."""
@@ -69,6 +96,13 @@ class SessionStart(_Event):
     reference_diff: str | None = None
     """A known-good diff for the task (a mined commit's diff), when there is one."""
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("repo")
+    @classmethod
+    def _absolute_repo(cls, value: str) -> str:
+        if "\0" in value or not os.path.isabs(value):
+            raise ValueError("must be an absolute path without NUL bytes")
+        return value
 
 
 class UserMessage(_Event):
@@ -258,51 +292,164 @@ class Session:
         return finals[-1] if finals else None
 
 
-def read_session(path: str | os.PathLike[str]) -> Session:
-    """Read and validate a session file.
+@dataclass(frozen=True)
+class SessionLimits:
+    """Bounds on reading one session file (`read_session`); a file past one is refused.
+
+    Attributes:
+        max_line_bytes: longest line, newline excluded (bytes). A line is read at most this far.
+        max_file_bytes: largest file (bytes), checked before reading and again while reading (a
+            file that grows).
+        max_depth: deepest nesting of JSON arrays/objects in one line (the event object is depth 1).
+    """
+
+    max_line_bytes: int = 16 * 2**20
+    max_file_bytes: int = 512 * 2**20
+    max_depth: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("max_line_bytes", "max_file_bytes", "max_depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"SessionLimits.{name} must be an integer >= 1, got {value!r}")
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_special(mode: int, path: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((what for test, what in _KINDS if test(mode)), "not a plain file")
+        raise SessionFormatError(f"not a regular file ({kind}); a session file must be one", path=path, line=None)
+
+
+def _open_regular(path: str, limits: SessionLimits) -> IO[bytes]:
+    """`path` opened for binary reading, refused unless it is a regular file within the size cap.
+
+    `stat` first, so a FIFO or device is never opened; `O_NONBLOCK` so that, should the path be
+    swapped for a FIFO between `stat` and `open`, `open` returns at once (and `fstat` refuses it).
+    """
+    try:
+        _refuse_special(os.stat(path).st_mode, path)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise SessionFormatError(f"cannot open: {exc.strerror or exc}", path=path, line=None) from None
+    try:
+        info = os.fstat(fd)
+        _refuse_special(info.st_mode, path)
+        if info.st_size > limits.max_file_bytes:
+            raise SessionFormatError(f"file of {info.st_size} bytes is larger than the limit of "
+                                     f"{limits.max_file_bytes} bytes (max_file_bytes)", path=path, line=None)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _lines(fh: IO[bytes], path: str, limits: SessionLimits) -> Iterator[tuple[int, bytes, bool]]:
+    """`(number, line, complete)` for each line, newline stripped; `complete` is False for a last
+    line without a newline. Raises SessionFormatError for a line or a file past the limits."""
+    total = 0
+    for number in itertools.count(1):
+        try:
+            raw = fh.readline(limits.max_line_bytes + 1)
+        except OSError as exc:
+            raise SessionFormatError(f"cannot read: {exc.strerror or exc}", path=path, line=number) from None
+        if not raw:
+            return
+        complete = raw.endswith(b"\n")
+        if not complete and len(raw) > limits.max_line_bytes:
+            raise SessionFormatError(f"line longer than {limits.max_line_bytes} bytes (max_line_bytes)",
+                                     path=path, line=number)
+        total += len(raw)
+        if total > limits.max_file_bytes:
+            raise SessionFormatError(f"file grew past the limit of {limits.max_file_bytes} bytes (max_file_bytes)",
+                                     path=path, line=number)
+        yield number, raw[:-1] if complete else raw, complete
+
+
+def _depth_exceeds(value: Any, max_depth: int) -> bool:
+    """Whether `value` (parsed JSON) nests arrays/objects more than `max_depth` deep."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > max_depth:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _check_first(data: Any, path: str) -> None:
+    if not isinstance(data, dict) or data.get("type") != "session_start":
+        raise SessionFormatError("first line must be a session_start event", path=path, line=1)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SessionFormatError(
+            f"schema_version {version!r} is not supported (this recap reads version {SCHEMA_VERSION})",
+            path=path, line=1,
+        )
+
+
+def _event(line: bytes, number: int, path: str, limits: SessionLimits, *, complete: bool) -> Any | None:
+    """The validated event on one line; None when the line is a tear (no newline, and it does not
+    parse or validate). Raises SessionFormatError for any other bad line."""
+    too_deep = SessionFormatError(f"nested too deeply (more than {limits.max_depth} levels of arrays/objects)",
+                                  path=path, line=number)
+    try:
+        data = json.loads(line.decode("utf-8", errors="replace"))
+    except RecursionError:
+        raise too_deep from None
+    except ValueError as exc:
+        if not complete:
+            return None
+        raise SessionFormatError(f"not valid JSON ({exc})", path=path, line=number) from None
+    # the number of brackets bounds the depth: only lines with many are walked
+    if line.count(b"[") + line.count(b"{") > limits.max_depth and _depth_exceeds(data, limits.max_depth):
+        raise too_deep
+    if number == 1:
+        _check_first(data, path)
+    try:
+        return _EVENT.validate_python(data)
+    except ValidationError as exc:
+        if not complete:
+            return None
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=path, line=number) from None
+
+
+def read_session(path: str | os.PathLike[str], *, limits: SessionLimits | None = None) -> Session:
+    """Read and validate a session file, line by line within `limits` (default `SessionLimits()`).
+
+    Every line must be one JSON event; the first a `session_start` of this schema version; `seq`
+    must count 0, 1, 2... A last line without its newline that does not parse or validate is a
+    tear (a crash mid-write): the events before it are returned with `torn=True`.
 
     Raises:
-        SessionFormatError: empty file, a first line that is not a `session_start` of this schema
-            version, or a bad line that is not the (torn) last one. The error names the line.
-        FileNotFoundError: no such file.
+        SessionFormatError (message `FILE:LINE: what`, or `FILE: what` for the file as a whole):
+            not a regular file (directory, FIFO, device, socket: never opened, so never blocks);
+            cannot be opened or read (missing, permissions); larger than `max_file_bytes`; a line
+            longer than `max_line_bytes`; not valid JSON; nested deeper than `max_depth`; an
+            invalid event; a `seq` gap or duplicate ("expected seq N, found M"); empty.
     """
-    p = Path(path)
-    raw = p.read_text(encoding="utf-8", errors="replace")
-    lines = raw.split("\n")
-    complete_tail = raw.endswith("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    limits = limits or SessionLimits()
+    name = os.fspath(path)
     events: list[Any] = []
     torn = False
-    for number, line in enumerate(lines, start=1):
-        last = number == len(lines)
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            if last and not complete_tail:
+    with _open_regular(name, limits) as fh:
+        for number, line, complete in _lines(fh, name, limits):
+            event = _event(line, number, name, limits, complete=complete)
+            if event is None:
                 torn = True
                 break
-            raise SessionFormatError(f"not valid JSON ({exc})", path=str(p), line=number) from None
-        if number == 1:
-            version = data.get("schema_version") if isinstance(data, dict) else None
-            if not isinstance(data, dict) or data.get("type") != "session_start":
-                raise SessionFormatError("first line must be a session_start event", path=str(p), line=1)
-            if version != SCHEMA_VERSION:
-                raise SessionFormatError(
-                    f"schema_version {version!r} is not supported (this recap reads version {SCHEMA_VERSION})",
-                    path=str(p),
-                    line=1,
-                )
-        try:
-            events.append(_EVENT.validate_python(data))
-        except ValidationError as exc:
-            if last and not complete_tail:
-                torn = True
-                break
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first.get("loc", ()))
-            raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=str(p), line=number) from None
+            if event.seq != len(events):
+                raise SessionFormatError(f"expected seq {len(events)}, found {event.seq}", path=name, line=number)
+            events.append(event)
     if not events:
         what = "its only line was cut mid-write (torn)" if torn else "empty session file"
-        raise SessionFormatError(what, path=str(p), line=1)
-    return Session(path=p, events=tuple(events), torn=torn)
+        raise SessionFormatError(what, path=name, line=1)
+    return Session(path=Path(name), events=tuple(events), torn=torn)

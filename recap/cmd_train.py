@@ -22,8 +22,9 @@ def _user_errors() -> Iterator[None]:
         yield
     except RecapError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
 
 
