@@ -151,7 +151,8 @@ def tasks_split(
     """Split sessions into a training and a held-out folder (copies; a seeded, reproducible split)."""
     from rl.data import split_sessions
 
-    train_files, held = split_sessions(sessions, out=out, held_out=held_out, seed=seed)
+    with _user_errors():
+        train_files, held = split_sessions(sessions, out=out, held_out=held_out, seed=seed)
     typer.echo(f"{len(train_files)} train, {len(held)} held out in {out}")
 
 
