@@ -104,6 +104,30 @@ class SessionStart(_Event):
             raise ValueError("must be an absolute path without NUL bytes")
         return value
 
+    @field_validator("buffers")
+    @classmethod
+    def _writable_buffers(cls, value: dict[str, str]) -> dict[str, str]:
+        for path, text in value.items():
+            if "\0" in path or not _encodable(path) or not _encodable(text):
+                raise ValueError(f"buffer {path[:80]!r}: a path with a NUL byte, or text that is not UTF-8")
+        return value
+
+    @field_validator("base_diff")
+    @classmethod
+    def _diff_bytes(cls, value: str) -> str:
+        if not _encodable(value, "surrogateescape"):
+            raise ValueError("not a diff: holds characters that are not UTF-8 (lone surrogates)")
+        return value
+
+
+def _encodable(text: str, errors: str = "strict") -> bool:
+    """Whether `text` encodes as UTF-8 (with `errors`); lone surrogates from JSON escapes do not."""
+    try:
+        text.encode("utf-8", errors)
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 class UserMessage(_Event):
     """A message from the user (or the harness speaking for it) added to the context."""
