@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import Workspace, WorkspaceOrigin
 
 BACKENDS = ("local", "docker")
@@ -34,5 +34,15 @@ def open_backend(
 
 
 def rebuild_backend(name: str, origin: WorkspaceOrigin) -> Workspace:
-    """A new shadow workspace in exactly the start state a session recorded."""
-    return _backend_class(name).from_origin(origin)
+    """A new shadow workspace in exactly the start state a session recorded.
+
+    The origin comes from a session file, which is untrusted: whatever it holds that the file
+    system refuses (a name too long...) is a `WorkspaceError` like any other unbuildable state.
+
+    Raises: ConfigError for an unknown backend name; WorkspaceError when the state cannot be built.
+    """
+    cls = _backend_class(name)
+    try:
+        return cls.from_origin(origin)
+    except (OSError, ValueError) as exc:
+        raise WorkspaceError(str(exc)) from exc

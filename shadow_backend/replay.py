@@ -185,7 +185,7 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
     final_state: Literal["exact", "normalized", "diverged", "absent"] = "absent"
     try:
         workspace = rebuild_backend(backend, origin_of(session))
-    except (RecapError, OSError, ValueError) as exc:  # the recorded start state is untrusted input
+    except RecapError as exc:
         return ReplayResult(path=str(path), session_id=session.start.session_id,
                             error=f"{path}: cannot rebuild the start state: {exc}", duration_s=time.monotonic() - started)
     try:
