@@ -17,7 +17,7 @@ a training set), and `recap session show`, `recap replay`, `recap train`/`eval` 
 - it never blocks and never reads without bound: anything but a regular file (a FIFO, a device
   such as /dev/zero, a socket, a directory) is refused from `stat` without being opened, and the
   open is non-blocking in case the path is swapped meanwhile; lines are read one at a time, each
-  at most `SessionLimits.max_line_bytes`, the file at most `max_file_bytes`;
+  at most `JsonlLimits.max_line_bytes`, the file at most `max_file_bytes` (`harness.jsonl`);
 - it never crashes on content: bad JSON, nesting past `max_depth` (no RecursionError), an event
   that does not validate, a `seq` gap or duplicate all raise `SessionFormatError` naming FILE:LINE,
   which every command prints as `error: ...` (exit status 2);
@@ -35,19 +35,18 @@ and `adapter_id` are shown, never loaded (the policy to run is always named by t
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
-import stat
 import time
+from contextlib import closing
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Annotated, Any, Iterator, Literal, Union
+from typing import IO, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from harness.errors import ConfigError, SessionFormatError
+from harness.errors import SessionFormatError
+from harness.jsonl import JsonLine, JsonlLimits, read_jsonl
 
 SCHEMA_VERSION = 1
 
@@ -316,97 +315,6 @@ class Session:
         return finals[-1] if finals else None
 
 
-@dataclass(frozen=True)
-class SessionLimits:
-    """Bounds on reading one session file (`read_session`); a file past one is refused.
-
-    Attributes:
-        max_line_bytes: longest line, newline excluded (bytes). A line is read at most this far.
-        max_file_bytes: largest file (bytes), checked before reading and again while reading (a
-            file that grows).
-        max_depth: deepest nesting of JSON arrays/objects in one line (the event object is depth 1).
-    """
-
-    max_line_bytes: int = 16 * 2**20
-    max_file_bytes: int = 512 * 2**20
-    max_depth: int = 64
-
-    def __post_init__(self) -> None:
-        for name in ("max_line_bytes", "max_file_bytes", "max_depth"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"SessionLimits.{name} must be an integer >= 1, got {value!r}")
-
-
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-def _refuse_special(mode: int, path: str) -> None:
-    if not stat.S_ISREG(mode):
-        kind = next((what for test, what in _KINDS if test(mode)), "not a plain file")
-        raise SessionFormatError(f"not a regular file ({kind}); a session file must be one", path=path, line=None)
-
-
-def _open_regular(path: str, limits: SessionLimits) -> IO[bytes]:
-    """`path` opened for binary reading, refused unless it is a regular file within the size cap.
-
-    `stat` first, so a FIFO or device is never opened; `O_NONBLOCK` so that, should the path be
-    swapped for a FIFO between `stat` and `open`, `open` returns at once (and `fstat` refuses it).
-    """
-    try:
-        _refuse_special(os.stat(path).st_mode, path)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise SessionFormatError(f"cannot open: {exc.strerror or exc}", path=path, line=None) from None
-    try:
-        info = os.fstat(fd)
-        _refuse_special(info.st_mode, path)
-        if info.st_size > limits.max_file_bytes:
-            raise SessionFormatError(f"file of {info.st_size} bytes is larger than the limit of "
-                                     f"{limits.max_file_bytes} bytes (max_file_bytes)", path=path, line=None)
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
-
-
-def _lines(fh: IO[bytes], path: str, limits: SessionLimits) -> Iterator[tuple[int, bytes, bool]]:
-    """`(number, line, complete)` for each line, newline stripped; `complete` is False for a last
-    line without a newline. Raises SessionFormatError for a line or a file past the limits."""
-    total = 0
-    for number in itertools.count(1):
-        try:
-            raw = fh.readline(limits.max_line_bytes + 1)
-        except OSError as exc:
-            raise SessionFormatError(f"cannot read: {exc.strerror or exc}", path=path, line=number) from None
-        if not raw:
-            return
-        complete = raw.endswith(b"\n")
-        if not complete and len(raw) > limits.max_line_bytes:
-            raise SessionFormatError(f"line longer than {limits.max_line_bytes} bytes (max_line_bytes)",
-                                     path=path, line=number)
-        total += len(raw)
-        if total > limits.max_file_bytes:
-            raise SessionFormatError(f"file grew past the limit of {limits.max_file_bytes} bytes (max_file_bytes)",
-                                     path=path, line=number)
-        yield number, raw[:-1] if complete else raw, complete
-
-
-def _depth_exceeds(value: Any, max_depth: int) -> bool:
-    """Whether `value` (parsed JSON) nests arrays/objects more than `max_depth` deep."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > max_depth:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
-    return False
-
-
 def _check_first(data: Any, path: str) -> None:
     if not isinstance(data, dict) or data.get("type") != "session_start":
         raise SessionFormatError("first line must be a session_start event", path=path, line=1)
@@ -418,36 +326,26 @@ def _check_first(data: Any, path: str) -> None:
         )
 
 
-def _event(line: bytes, number: int, path: str, limits: SessionLimits, *, complete: bool) -> Any | None:
-    """The validated event on one line; None when the line is a tear (no newline, and it does not
+def _event(line: JsonLine, path: str) -> Any | None:
+    """The validated event of one line; None when the line is a tear (no newline, and it does not
     parse or validate). Raises SessionFormatError for any other bad line."""
-    too_deep = SessionFormatError(f"nested too deeply (more than {limits.max_depth} levels of arrays/objects)",
-                                  path=path, line=number)
+    if line.torn:
+        return None
+    if line.number == 1:
+        _check_first(line.value, path)
     try:
-        data = json.loads(line.decode("utf-8", errors="replace"))
-    except RecursionError:
-        raise too_deep from None
-    except ValueError as exc:
-        if not complete:
-            return None
-        raise SessionFormatError(f"not valid JSON ({exc})", path=path, line=number) from None
-    # the number of brackets bounds the depth: only lines with many are walked
-    if line.count(b"[") + line.count(b"{") > limits.max_depth and _depth_exceeds(data, limits.max_depth):
-        raise too_deep
-    if number == 1:
-        _check_first(data, path)
-    try:
-        return _EVENT.validate_python(data)
+        return _EVENT.validate_python(line.value)
     except ValidationError as exc:
-        if not complete:
+        if not line.complete:
             return None
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ()))
-        raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=path, line=number) from None
+        raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=path, line=line.number) from None
 
 
-def read_session(path: str | os.PathLike[str], *, limits: SessionLimits | None = None) -> Session:
-    """Read and validate a session file, line by line within `limits` (default `SessionLimits()`).
+def read_session(path: str | os.PathLike[str], *, limits: JsonlLimits | None = None) -> Session:
+    """Read and validate a session file, line by line within `limits` (`harness.jsonl`; default
+    `JsonlLimits()`: 16 MiB a line, 512 MiB a file, nesting 64 deep).
 
     Every line must be one JSON event; the first a `session_start` of this schema version; `seq`
     must count 0, 1, 2... A last line without its newline that does not parse or validate is a
@@ -460,18 +358,17 @@ def read_session(path: str | os.PathLike[str], *, limits: SessionLimits | None =
             longer than `max_line_bytes`; not valid JSON; nested deeper than `max_depth`; an
             invalid event; a `seq` gap or duplicate ("expected seq N, found M"); empty.
     """
-    limits = limits or SessionLimits()
     name = os.fspath(path)
     events: list[Any] = []
     torn = False
-    with _open_regular(name, limits) as fh:
-        for number, line, complete in _lines(fh, name, limits):
-            event = _event(line, number, name, limits, complete=complete)
+    with closing(read_jsonl(name, limits=limits)) as lines:
+        for line in lines:
+            event = _event(line, name)
             if event is None:
                 torn = True
                 break
             if event.seq != len(events):
-                raise SessionFormatError(f"expected seq {len(events)}, found {event.seq}", path=name, line=number)
+                raise SessionFormatError(f"expected seq {len(events)}, found {event.seq}", path=name, line=line.number)
             events.append(event)
     if not events:
         what = "its only line was cut mid-write (torn)" if torn else "empty session file"

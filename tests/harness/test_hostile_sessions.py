@@ -31,7 +31,8 @@ from typing import Any, Callable
 import pytest
 
 from harness.errors import SessionFormatError, WorkspaceError
-from harness.session import SCHEMA_VERSION, SessionLimits, read_session
+from harness.jsonl import JsonlLimits
+from harness.session import SCHEMA_VERSION, read_session
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT_S = 20.0
@@ -77,7 +78,7 @@ def promptly(fn: Callable[[], Any], *, unblock: Callable[[], None] = lambda: Non
     return outcome.get("value")
 
 
-def refused(path: Path | str, *, limits: SessionLimits | None = None) -> str:
+def refused(path: Path | str, *, limits: JsonlLimits | None = None) -> str:
     """The message of the SessionFormatError that reading `path` raises (promptly)."""
     with pytest.raises(SessionFormatError) as info:
         promptly(lambda: read_session(path, limits=limits))
@@ -96,7 +97,7 @@ def _unblock_fifo(path: Path) -> None:
 
 def test_dev_zero_is_refused_without_reading() -> None:
     # small caps: should the type check regress, the line cap still stops the read
-    message_ = refused("/dev/zero", limits=SessionLimits(max_line_bytes=1024, max_file_bytes=4096))
+    message_ = refused("/dev/zero", limits=JsonlLimits(max_line_bytes=1024, max_file_bytes=4096))
     assert message_ == "/dev/zero: not a regular file (a character device); a session file must be one"
 
 
@@ -136,24 +137,24 @@ def test_a_200_mb_line_is_refused_at_the_default_line_cap(tmp_path: Path) -> Non
     huge = tmp_path / "huge.jsonl"
     with huge.open("wb") as fh:  # sparse: 200 MB of NUL bytes and no newline, written at once
         fh.truncate(200 * 2**20)
-    limit = SessionLimits().max_line_bytes
+    limit = JsonlLimits().max_line_bytes
     assert refused(huge) == f"{huge}:1: line longer than {limit} bytes (max_line_bytes)"
 
 
 def test_line_cap_applies_to_any_line(tmp_path: Path) -> None:
     path = write(tmp_path / "s.jsonl", start(), message(1, "x" * 5000), message(2))
-    assert refused(path, limits=SessionLimits(max_line_bytes=1024)) == f"{path}:2: line longer than 1024 bytes (max_line_bytes)"
-    assert len(read_session(path, limits=SessionLimits(max_line_bytes=8192)).events) == 3  # the limit is the cap
+    assert refused(path, limits=JsonlLimits(max_line_bytes=1024)) == f"{path}:2: line longer than 1024 bytes (max_line_bytes)"
+    assert len(read_session(path, limits=JsonlLimits(max_line_bytes=8192)).events) == 3  # the limit is the cap
 
 
 def test_file_cap_refuses_before_reading(tmp_path: Path) -> None:
     big = tmp_path / "big.jsonl"
     with big.open("wb") as fh:
-        fh.truncate(SessionLimits().max_file_bytes + 1)
-    assert refused(big) == (f"{big}: file of {SessionLimits().max_file_bytes + 1} bytes is larger than the limit of "
-                            f"{SessionLimits().max_file_bytes} bytes (max_file_bytes)")
+        fh.truncate(JsonlLimits().max_file_bytes + 1)
+    assert refused(big) == (f"{big}: file of {JsonlLimits().max_file_bytes + 1} bytes is larger than the limit of "
+                            f"{JsonlLimits().max_file_bytes} bytes (max_file_bytes)")
     small = write(tmp_path / "s.jsonl", start(), message(1))
-    assert "larger than the limit of 100 bytes" in refused(small, limits=SessionLimits(max_file_bytes=100))
+    assert "larger than the limit of 100 bytes" in refused(small, limits=JsonlLimits(max_file_bytes=100))
 
 
 # --- bad lines, named by FILE:LINE -------------------------------------------------------------------
@@ -183,7 +184,7 @@ def test_depth_is_bounded_below_pythons_recursion_limit(tmp_path: Path) -> None:
     assert read_session(ok).start.meta["k"]["k"]["k"]
     deep = write(tmp_path / "deep.jsonl", start(meta=nested(200)))  # json parses it; recap refuses it
     assert refused(deep) == f"{deep}:1: nested too deeply (more than 64 levels of arrays/objects)"
-    assert "nested too deeply (more than 10 levels" in refused(ok, limits=SessionLimits(max_depth=10))
+    assert "nested too deeply (more than 10 levels" in refused(ok, limits=JsonlLimits(max_depth=10))
 
 
 def test_invalid_event_and_wrong_first_line_are_named(tmp_path: Path) -> None:
