@@ -157,6 +157,19 @@ def test_file_cap_refuses_before_reading(tmp_path: Path) -> None:
     assert "larger than the limit of 100 bytes" in refused(small, limits=JsonlLimits(max_file_bytes=100))
 
 
+def test_file_cap_applies_to_a_file_that_grows_while_read(tmp_path: Path) -> None:
+    from harness.jsonl import read_jsonl
+
+    path = write(tmp_path / "s.jsonl", start(), message(1))
+    lines = read_jsonl(path, limits=JsonlLimits(max_file_bytes=path.stat().st_size + 10))
+    assert next(lines).number == 1  # opened and checked: within the cap
+    with path.open("ab") as fh:
+        fh.write((json.dumps(message(2)) + "\n").encode())
+    assert next(lines).number == 2
+    with pytest.raises(SessionFormatError, match=r"s\.jsonl:3: file grew past the limit of \d+ bytes"):
+        next(lines)
+
+
 # --- bad lines, named by FILE:LINE -------------------------------------------------------------------
 
 def test_bad_json_line_is_named(tmp_path: Path) -> None:
