@@ -67,7 +67,7 @@ def _signature(turn: PolicyTurn) -> tuple[Any, ...]:
     def canonical(arguments: str) -> str:
         try:
             return json.dumps(json.loads(arguments), sort_keys=True)
-        except ValueError:
+        except (ValueError, RecursionError):
             return arguments
 
     calls = tuple((c.name, canonical(c.arguments)) for c in turn.tool_calls)

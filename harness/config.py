@@ -62,7 +62,8 @@ class AgentConfig:
             this many action turns in a row.
         max_new_tokens: completion budget of an action turn (tokens).
         summary_max_new_tokens: completion budget of a self-summary turn (tokens).
-        command_timeout_s: default timeout of `run_command` when the model gives none (seconds).
+        command_timeout_s: default timeout of `run_command` when the model gives none (seconds, at
+            most `harness.tools.command.MAX_TIMEOUT_S`).
     """
 
     max_steps: int = 50
@@ -76,8 +77,11 @@ class AgentConfig:
         _positive_int("agent", "loop_guard_repeats", self.loop_guard_repeats, minimum=2)
         _positive_int("agent", "max_new_tokens", self.max_new_tokens)
         _positive_int("agent", "summary_max_new_tokens", self.summary_max_new_tokens)
-        if isinstance(self.command_timeout_s, bool) or not isinstance(self.command_timeout_s, (int, float)) or self.command_timeout_s <= 0:
-            raise ConfigError(f"agent.command_timeout_s must be a positive number of seconds, got {self.command_timeout_s!r}")
+        from harness.tools.command import MAX_TIMEOUT_S
+
+        timeout = self.command_timeout_s
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT_S:
+            raise ConfigError(f"agent.command_timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
 
 
 @dataclass(frozen=True)

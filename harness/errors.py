@@ -12,7 +12,8 @@
     │   └── CommandTimeout          a command ran past its timeout and its process group was killed
     ├── PolicyError                 the model backend failed (not a malformed completion: that is an
     │                               observation, not an error)
-    └── SessionFormatError          a session file line that does not validate; names file and line
+    └── SessionFormatError          a session file that cannot be read or does not validate; names
+                                    the file and the line (no line for a file refused as a whole)
 
 Stop reasons of an episode are not errors: see `harness.session.StopReason`.
 """
@@ -57,14 +58,17 @@ class PolicyError(RecapError):
 
 
 class SessionFormatError(RecapError):
-    """A session file line that cannot be read.
+    """A session file that cannot be read, or one of its lines that does not validate.
+
+    The message reads `FILE:LINE: what` (or `FILE: what` for a file refused as a whole: not a
+    regular file, too large, unreadable).
 
     Attributes:
         path: the session file.
-        line: 1-based line number of the bad line.
+        line: 1-based line number of the bad line; None when the file is refused as a whole.
     """
 
-    def __init__(self, message: str, *, path: str, line: int) -> None:
-        super().__init__(f"{path}:{line}: {message}")
+    def __init__(self, message: str, *, path: str, line: int | None) -> None:
+        super().__init__(f"{path}:{line}: {message}" if line is not None else f"{path}: {message}")
         self.path = path
         self.line = line

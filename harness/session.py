@@ -9,21 +9,44 @@ for rewards and replay.
 
 Reading (`read_session`) validates every line. A torn final line (a crash mid-write) is dropped and
 reported through `Session.torn`; any other bad line raises `SessionFormatError` naming the line.
+
+Threat model. A session file is untrusted input: it may come from someone else (a shared session,
+a training set), and `recap session show`, `recap replay`, `recap train`/`eval` and
+`recap tasks split` read it. `read_session` is the one reader they all use, and it promises:
+
+- it never blocks and never reads without bound: anything but a regular file (a FIFO, a device
+  such as /dev/zero, a socket, a directory) is refused from `stat` without being opened, and the
+  open is non-blocking in case the path is swapped meanwhile; lines are read one at a time, each
+  at most `JsonlLimits.max_line_bytes`, the file at most `max_file_bytes` (`harness.jsonl`);
+- it never crashes on content: bad JSON, nesting past `max_depth` (no RecursionError), an event
+  that does not validate, a `seq` gap or duplicate all raise `SessionFormatError` naming FILE:LINE,
+  which every command prints as `error: ...` (exit status 2);
+- what it returns are validated, typed events: strings, numbers and the free-form `config`,
+  `meta`, `tools` dicts (bounded in depth), nothing executable.
+
+What the file is trusted for is only the data of an episode: which repository and commit to start
+from, the diff and buffers to apply, the task, the tool calls, the verify command. Consumers must
+treat those fields as untrusted too: the repository is only read (`shadow_backend.git_state`), the
+diff and buffers are applied inside the new workspace and cannot leave it (`confine`, `git apply`),
+tool calls and the verify command run only inside the workspace sandbox, and the recorded `model`
+and `adapter_id` are shown, never loaded (the policy to run is always named by the user). See
+`shadow_backend.replay` for replay's side of this.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
+from contextlib import closing
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from harness.errors import SessionFormatError
+from harness.jsonl import JsonLine, JsonlLimits, read_jsonl
 
 SCHEMA_VERSION = 1
 
@@ -49,7 +72,10 @@ class SessionStart(_Event):
     session_id: str
     source: Literal["cli", "lsp", "mined", "task", "replay", "rollout"] = "cli"
     repo: str
-    base_commit: str | None = None
+    """Absolute path of the repository the episode started from (read, never written)."""
+    base_commit: str | None = Field(None, pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+    """Full object id (SHA-1 or SHA-256, lowercase hex) of the start commit; never a revision
+    expression or anything git could take for an option."""
     base_diff: str = ""
     """Unified diff from `base_commit` to the state the agent started from (staged, unstaged and
     untracked changes); binary-safe git format."""
@@ -69,6 +95,37 @@ class SessionStart(_Event):
     reference_diff: str | None = None
     """A known-good diff for the task (a mined commit's diff), when there is one."""
     meta: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("repo")
+    @classmethod
+    def _absolute_repo(cls, value: str) -> str:
+        if "\0" in value or not os.path.isabs(value):
+            raise ValueError("must be an absolute path without NUL bytes")
+        return value
+
+    @field_validator("buffers")
+    @classmethod
+    def _writable_buffers(cls, value: dict[str, str]) -> dict[str, str]:
+        for path, text in value.items():
+            if "\0" in path or not _encodable(path) or not _encodable(text):
+                raise ValueError(f"buffer {path[:80]!r}: a path with a NUL byte, or text that is not UTF-8")
+        return value
+
+    @field_validator("base_diff")
+    @classmethod
+    def _diff_bytes(cls, value: str) -> str:
+        if not _encodable(value, "surrogateescape"):
+            raise ValueError("not a diff: holds characters that are not UTF-8 (lone surrogates)")
+        return value
+
+
+def _encodable(text: str, errors: str = "strict") -> bool:
+    """Whether `text` encodes as UTF-8 (with `errors`); lone surrogates from JSON escapes do not."""
+    try:
+        text.encode("utf-8", errors)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class UserMessage(_Event):
@@ -258,51 +315,62 @@ class Session:
         return finals[-1] if finals else None
 
 
-def read_session(path: str | os.PathLike[str]) -> Session:
-    """Read and validate a session file.
+def _check_first(data: Any, path: str) -> None:
+    if not isinstance(data, dict) or data.get("type") != "session_start":
+        raise SessionFormatError("first line must be a session_start event", path=path, line=1)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SessionFormatError(
+            f"schema_version {version!r} is not supported (this recap reads version {SCHEMA_VERSION})",
+            path=path, line=1,
+        )
+
+
+def _event(line: JsonLine, path: str) -> Any | None:
+    """The validated event of one line; None when the line is a tear (no newline, and it does not
+    parse or validate). Raises SessionFormatError for any other bad line."""
+    if line.torn:
+        return None
+    if line.number == 1:
+        _check_first(line.value, path)
+    try:
+        return _EVENT.validate_python(line.value)
+    except ValidationError as exc:
+        if not line.complete:
+            return None
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=path, line=line.number) from None
+
+
+def read_session(path: str | os.PathLike[str], *, limits: JsonlLimits | None = None) -> Session:
+    """Read and validate a session file, line by line within `limits` (`harness.jsonl`; default
+    `JsonlLimits()`: 16 MiB a line, 512 MiB a file, nesting 64 deep).
+
+    Every line must be one JSON event; the first a `session_start` of this schema version; `seq`
+    must count 0, 1, 2... A last line without its newline that does not parse or validate is a
+    tear (a crash mid-write): the events before it are returned with `torn=True`.
 
     Raises:
-        SessionFormatError: empty file, a first line that is not a `session_start` of this schema
-            version, or a bad line that is not the (torn) last one. The error names the line.
-        FileNotFoundError: no such file.
+        SessionFormatError (message `FILE:LINE: what`, or `FILE: what` for the file as a whole):
+            not a regular file (directory, FIFO, device, socket: never opened, so never blocks);
+            cannot be opened or read (missing, permissions); larger than `max_file_bytes`; a line
+            longer than `max_line_bytes`; not valid JSON; nested deeper than `max_depth`; an
+            invalid event; a `seq` gap or duplicate ("expected seq N, found M"); empty.
     """
-    p = Path(path)
-    raw = p.read_text(encoding="utf-8", errors="replace")
-    lines = raw.split("\n")
-    complete_tail = raw.endswith("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    name = os.fspath(path)
     events: list[Any] = []
     torn = False
-    for number, line in enumerate(lines, start=1):
-        last = number == len(lines)
-        try:
-            data = json.loads(line)
-        except ValueError as exc:
-            if last and not complete_tail:
+    with closing(read_jsonl(name, limits=limits)) as lines:
+        for line in lines:
+            event = _event(line, name)
+            if event is None:
                 torn = True
                 break
-            raise SessionFormatError(f"not valid JSON ({exc})", path=str(p), line=number) from None
-        if number == 1:
-            version = data.get("schema_version") if isinstance(data, dict) else None
-            if not isinstance(data, dict) or data.get("type") != "session_start":
-                raise SessionFormatError("first line must be a session_start event", path=str(p), line=1)
-            if version != SCHEMA_VERSION:
-                raise SessionFormatError(
-                    f"schema_version {version!r} is not supported (this recap reads version {SCHEMA_VERSION})",
-                    path=str(p),
-                    line=1,
-                )
-        try:
-            events.append(_EVENT.validate_python(data))
-        except ValidationError as exc:
-            if last and not complete_tail:
-                torn = True
-                break
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first.get("loc", ()))
-            raise SessionFormatError(f"invalid event: {where}: {first['msg']}", path=str(p), line=number) from None
+            if event.seq != len(events):
+                raise SessionFormatError(f"expected seq {len(events)}, found {event.seq}", path=name, line=line.number)
+            events.append(event)
     if not events:
         what = "its only line was cut mid-write (torn)" if torn else "empty session file"
-        raise SessionFormatError(what, path=str(p), line=1)
-    return Session(path=p, events=tuple(events), torn=torn)
+        raise SessionFormatError(what, path=name, line=1)
+    return Session(path=Path(name), events=tuple(events), torn=torn)

@@ -39,8 +39,11 @@ def parse_tool_calls(text: str, *, turn: int) -> tuple[str, list[ToolCall], list
         index = len(calls) + len(errors)
         try:
             data = json.loads(body)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             errors.append(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}")
+            continue
+        except (ValueError, RecursionError):  # digits past int's limit; arrays/objects nested too deeply
+            errors.append(f"tool call is not valid JSON (a number too long or nesting too deep): {body[:200]!r}")
             continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             errors.append(f'tool call must be an object with a string "name": {body[:200]!r}')
@@ -68,7 +71,7 @@ def render_tool_call(name: str, arguments: dict[str, Any] | str) -> str:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, separators=(",", ":"))
     return f"{OPEN}\n{body}\n{CLOSE}"

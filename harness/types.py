@@ -117,7 +117,7 @@ def assistant_message(text: str, calls: Sequence[ToolCall] = ()) -> Message:
         for call in calls:
             try:
                 args: Any = json.loads(call.arguments)
-            except ValueError:
+            except (ValueError, RecursionError):
                 args = call.arguments
             rendered.append(
                 {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}

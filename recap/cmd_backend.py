@@ -67,6 +67,7 @@ def replay(
     with --model, sample and score fresh rollouts from each session's start state instead.
 
     Exit status: 1 when a session diverges (unless --allow-divergence), 2 when one can't be read."""
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from harness.errors import RecapError
@@ -84,21 +85,24 @@ def replay(
 
             def done(result) -> None:  # type: ignore[no-untyped-def]
                 progress.advance(task)
+                if result.session_id is None:  # the file itself was refused: nothing was replayed
+                    progress.console.print(f"[red]error:[/red] {escape(result.error)}")
+                    return
                 mark = "[green]ok[/green]" if result.ok else ("[red]error[/red]" if result.error else "[red]diverged[/red]")
                 progress.console.print(
-                    f"{mark} {result.path}: {result.observations} observations "
+                    f"{mark} {escape(result.path)}: {result.observations} observations "
                     f"({result.exact} exact, {result.normalized} normalized, {result.skipped} not re-run), "
                     f"final diff {result.final_diff}"
                 )
                 if result.error:
-                    progress.console.print(f"  {result.error}")
+                    progress.console.print(f"[red]error:[/red] {escape(result.error)}")
                 for d in result.divergences:
                     where = f"step {d.step} obs {d.obs_id}" if d.step is not None else "final diff"
                     progress.console.print(f"  [red]{where}[/red] ({d.what}):\n{d.detail}", markup=False)
 
             results = replay_sessions(sessions, backend=backend, jobs=jobs, on_done=done)
     except RecapError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     if report is not None:
         report.write_text(json.dumps([r.to_dict() for r in results], indent=2))
@@ -112,6 +116,8 @@ def _sample(
     sessions: list[Path], *, model: str, samples: int, backend: str, out: Optional[Path],
     max_steps: Optional[int], report: Optional[Path],
 ) -> None:
+    from rich.markup import escape
+
     from harness.errors import RecapError
     from harness.policies import load_policy
     from harness.session import read_session
@@ -126,15 +132,15 @@ def _sample(
         for path in sessions:
             session = read_session(path)
             config = session_config(session).with_overrides(max_steps=max_steps)
-            with console.status(f"{path}: sampling {samples} rollouts..."):
+            with console.status(f"{escape(str(path))}: sampling {samples} rollouts..."):
                 rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out)
             for r in rollouts:
                 console.print(f"{path} #{r.index}: {r.stop_reason} after {r.steps} steps, score {r.score}"
-                              + (f", session {r.session_path}" if r.session_path else ""))
+                              + (f", session {r.session_path}" if r.session_path else ""), markup=False)
                 rows.append({"session": str(path), "index": r.index, "stop_reason": r.stop_reason, "steps": r.steps,
                              "score": r.score, "session_path": r.session_path})
     except RecapError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
     if report is not None:
         report.write_text(json.dumps(rows, indent=2))

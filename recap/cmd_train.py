@@ -22,8 +22,9 @@ def _user_errors() -> Iterator[None]:
         yield
     except RecapError as exc:
         from rich.console import Console
+        from rich.markup import escape
 
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
 
 
@@ -158,7 +159,8 @@ def tasks_split(
     """Split sessions into a training and a held-out folder (copies; a seeded, reproducible split)."""
     from rl.data import split_sessions
 
-    train_files, held = split_sessions(sessions, out=out, held_out=held_out, seed=seed)
+    with _user_errors():
+        train_files, held = split_sessions(sessions, out=out, held_out=held_out, seed=seed)
     typer.echo(f"{len(train_files)} train, {len(held)} held out in {out}")
 
 

@@ -77,12 +77,14 @@ def split_sessions(
         (train files, held-out files) as written.
     Raises:
         ConfigError: a bad fraction or fewer than two sessions.
+        SessionFormatError: a file that is not a valid session (`harness.session.read_session`).
     """
     import shutil
 
     if not 0 < held_out < 1:
         raise ConfigError(f"--held-out must be between 0 and 1, got {held_out}")
-    files = sorted({f for p in inputs for f in ([p] if p.is_file() else sorted(Path(p).rglob("*.jsonl")))})
+    # anything but a folder is taken as a session file, so that read_session refuses a FIFO or a device
+    files = sorted({f for p in inputs for f in (sorted(Path(p).rglob("*.jsonl")) if Path(p).is_dir() else [p])})
     if len(files) < 2:
         raise ConfigError(f"need at least two sessions to split, found {len(files)}")
     for f in files:

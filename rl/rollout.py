@@ -106,7 +106,7 @@ def rollout_group(
     Raises:
         WorkspaceError: the start state cannot be rebuilt.
     """
-    from shadow_backend.local import LocalBackend
+    from shadow_backend.backends import rebuild_backend
 
     if len(seeds) != group_size:
         raise ValueError(f"{len(seeds)} seeds for a group of {group_size}")
@@ -114,7 +114,7 @@ def rollout_group(
         _play, start=start, agent_config=agent_config, reward_config=reward_config,
         verify_timeout_s=verify_timeout_s, log_dir=log_dir, adapter_id=adapter_id,
     )
-    base = LocalBackend.from_origin(origin_of(start))
+    base = rebuild_backend("local", origin_of(start))
     try:
         forks = base.fork(group_size)
         try:

@@ -416,12 +416,13 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
 
+    # data (first: a bad session file is refused before the model loads)
+    starts = load_starts(cfg.sessions_dir)
+
     # model + LoRA, optimizer
     policy = load_trainable_policy(cfg)
     optimizer, scheduler = make_optimizer(policy.model, cfg)
 
-    # data
-    starts = load_starts(cfg.sessions_dir)
     cursor = SessionCursor(size=len(starts), seed=cfg.seed)
     step = steps_without_signal = 0
     if resume:

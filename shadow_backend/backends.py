@@ -21,7 +21,7 @@ import os
 import tomllib
 from typing import Any, Mapping
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import Workspace, WorkspaceOrigin
 
 BACKENDS = ("local", "docker")
@@ -88,5 +88,15 @@ def open_backend(
 
 
 def rebuild_backend(name: str, origin: WorkspaceOrigin, *, config: Any = None) -> Workspace:
-    """A new shadow workspace in exactly the start state a session recorded (`config` as in `open_backend`)."""
-    return _backend_class(name).from_origin(origin, config=config)
+    """A new shadow workspace in exactly the start state a session recorded (`config` as in `open_backend`).
+
+    The origin comes from a session file, which is untrusted: whatever it holds that the file
+    system refuses (a name too long...) is a `WorkspaceError` like any other unbuildable state.
+
+    Raises: ConfigError for an unknown backend name; WorkspaceError when the state cannot be built.
+    """
+    cls = _backend_class(name)
+    try:
+        return cls.from_origin(origin, config=config)
+    except (OSError, ValueError) as exc:
+        raise WorkspaceError(str(exc)) from exc

@@ -298,8 +298,11 @@ def checkout_commit(repo_path: str | os.PathLike[str], commit: str, dest: Path) 
     """Write the files of `commit` into `dest` through a temporary index; return its blobs.
 
     The user's index and working tree are not touched. Raises `WorkspaceError` when the commit is
-    not in the repository.
+    not in the repository, or is something git would read as an option (it may come from a
+    session file: `--index-output=FILE` would write FILE on the host).
     """
+    if commit.startswith("-"):
+        raise WorkspaceError(f"refused commit {commit!r}: a commit id cannot start with '-'")
     try:
         repo = git.Repo(repo_path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:

@@ -10,6 +10,28 @@ tools not offered) and the agent's own `prune` are compared as recorded, not re-
 
 `sample_rollouts` is what RL calls: N fresh episodes of a policy from the session's start state
 (forks of one rebuilt workspace), each scored (`shadow_backend.scoring`) and optionally logged.
+
+Threat model. A session file given to `recap replay` may come from anyone; replaying it must not
+run anything, or write anything, outside a workspace sandbox. What each field may do:
+
+- the file itself: read only through `harness.session.read_session` (regular files only, bounded,
+  validated; a bad file is `ReplayResult.error`, never an exception or a hang);
+- `repo`, `base_commit`: name a repository on this machine that is *read* (with the user's rights:
+  a session can make replay copy any repository the user can read into the sandbox, nothing more).
+  `base_commit` must be a full object id, so git cannot take it for an option;
+- `base_diff`, `buffers`: applied inside the new workspace only (`git apply` refuses paths that
+  leave it or enter `.git`; buffers go through `confine`); a start state that cannot be built is
+  `ReplayResult.error`;
+- recorded tool calls (`Observation.name/arguments`) and the `verify` command: run only through the
+  tool registry on the workspace, i.e. inside its sandbox (bubblewrap or the container); never on
+  the host;
+- `config`: only the `[agent]`/`[context]` options, validated (`RecapConfig.from_dict`; e.g. the
+  command timeout is capped); an unusable one falls back to the defaults;
+- `model`, `adapter_id`, `tools`, `system_prompt`, `meta`: shown and compared, never loaded or run.
+  The policy of `sample_rollouts` (and of `recap replay --model`) is always the caller's.
+
+Not covered here: what the sandbox itself holds (`shadow_backend.local`, `docker_backend`), and
+host git's reading of the named repository (`shadow_backend.git_state`).
 """
 
 from __future__ import annotations

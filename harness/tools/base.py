@@ -132,7 +132,7 @@ class ToolRegistry:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 return ToolResult(
                     f"arguments for {name} are not valid JSON ({exc}); send a JSON object",
                     is_error=True,

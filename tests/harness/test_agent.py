@@ -14,6 +14,7 @@ from harness.config import AgentConfig, ContextConfig, RecapConfig
 from harness.policies.scripted import ScriptedPolicy
 from harness.render import render_session
 from harness.session import Final, Observation, PolicyTurn, SessionStart, SessionWriter, Summary, read_session
+from harness.toolcall import parse_tool_calls
 from test_agent_support import TOOLS, call
 
 
@@ -51,6 +52,7 @@ def test_finish_returns_the_diff_and_the_message(ws):
         (call("open_file", path="app.py"), "unknown_tool", "unknown tool 'open_file'"),
         (call("emit", size="many"), "bad_arguments", "size"),
         ({"content": "", "tool_calls": [{"name": "emit", "arguments": "{size: 3"}]}, "malformed", "not valid JSON"),
+        ({"content": "", "tool_calls": [{"name": "emit", "arguments": "[" * 100_000}]}, "malformed", "not valid JSON"),
         ("I think I am done.", "no_call", "No tool call found"),
         (call("prune", ids=[1]), "not_offered", "prune is not offered now"),
     ],
@@ -64,6 +66,11 @@ def test_malformed_calls_become_counted_readable_observations(ws, turn, kind, sa
     # the next prompt shows the error to the model, headed by its observation id
     assert "[obs 1]" in policy.calls[1].messages[-1]["content"]
     assert says in policy.calls[1].messages[-1]["content"]
+
+
+def test_tool_call_nested_too_deeply_is_a_parse_error_not_a_recursion_error():
+    _, calls, errors = parse_tool_calls("<tool_call>\n" + "[" * 100_000 + "\n</tool_call>", turn=0)
+    assert calls == [] and "nesting too deep" in errors[0]
 
 
 def test_loop_guard_stops_on_the_same_call_repeated(ws):
