@@ -8,7 +8,7 @@ Two sides:
   refresh, no checkout there), its fsmonitor and hooks are forced off, no transport may run (a
   partial clone's lazy fetch would start the remote's command) and no filter, textconv or external
   diff is ever asked for. That holds for a repository owned by another user too, which is why
-  recap may read one (`safe.directory` for it alone) where plain `git status` refuses: the
+  recap may read one (with an explicit `GIT_DIR`) where plain `git status` refuses: the
   repository's own config is parsed but nothing in it is executed. `core.worktree` pointing away
   from the directory that holds `.git` is refused, and no path through a symlinked directory is
   copied, so a repository cannot make recap copy host files into a workspace.
@@ -179,12 +179,14 @@ class UserView:
 
 def open_user_repo(path: str | os.PathLike[str], *, search_parents: bool = True) -> git.Repo:
     """The repository at (or, with `search_parents`, containing) `path`, its git commands run
-    under `hardened_env` and allowed (`safe.directory`) even when another user owns it: they
-    execute nothing the repository configures, so its ownership does not matter to them.
+    under `hardened_env` with `GIT_DIR` and `GIT_WORK_TREE` given explicitly. They execute nothing
+    the repository configures, so they may read a repository another user owns (an explicit
+    `GIT_DIR` skips git's ownership check, which exists because a plain `git status` there would
+    run that user's fsmonitor).
 
     Raises:
-        WorkspaceError: not a git repository, a bare one, or one whose `core.worktree` points away
-            from the directory holding `.git`.
+        WorkspaceError: not a git repository, a bare one, or one whose working tree is not the
+            directory holding `.git` (`core.worktree`): recap would copy files from elsewhere.
     """
     try:
         repo = git.Repo(path, search_parent_directories=search_parents)
@@ -196,11 +198,14 @@ def open_user_repo(path: str | os.PathLike[str], *, search_parents: bool = True)
     top = Path(repo.working_tree_dir).resolve()
     holder = next((d for d in (Path(path).resolve(), *Path(path).resolve().parents)
                    if os.path.lexists(d / ".git")), None)
-    if holder != top:
+    with repo.config_reader("repository") as config:
+        worktree = str(config.get_value("core", "worktree", ""))
+    if holder != top or (worktree and (Path(repo.git_dir) / worktree).resolve() != top):
         repo.close()
-        raise WorkspaceError(f"the repository at {holder or path} sets its working tree elsewhere ({top}); "
-                             "recap reads only the directory that holds .git")
-    repo.git.update_environment(**hardened_env(isolated=False, config=[("safe.directory", str(top))]))
+        raise WorkspaceError(f"the repository at {holder or top} sets its working tree elsewhere "
+                             f"(core.worktree = {worktree or top}); recap reads only the directory that holds .git")
+    repo.git.update_environment(**hardened_env(isolated=False), GIT_DIR=str(Path(repo.git_dir).resolve()),
+                                GIT_WORK_TREE=str(top))
     return repo
 
 
