@@ -348,6 +348,18 @@ def copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
             shutil.copy2(src, dst)
 
 
+def apply_to(worktree: str | os.PathLike[str], patch: str) -> None:
+    """Apply a workspace diff (`ShadowRepo.diff_*`) to the directory `worktree`, the user's
+    checkout, byte for byte: `git apply` runs against a throwaway repository of recap's, so nothing
+    of the repository at `worktree` is read (config, attributes, hooks, index) and none of its
+    filters runs. git refuses paths with `..`, `.git` or a symlinked parent.
+
+    Raises: `WorkspaceError` with git's message when the diff does not apply (then nothing changed).
+    """
+    with tempfile.TemporaryDirectory(prefix="recap-apply-") as tmp:
+        ShadowRepo.init(Path(tmp) / "git", Path(worktree)).apply(patch)
+
+
 # ---------------------------------------------------------------------------------------------
 # The workspace's own repository
 

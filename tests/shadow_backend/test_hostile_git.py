@@ -14,6 +14,7 @@ marker that appears was made by host-side git obeying config, attributes or hook
   or diff time, owned by the user or by someone else (`safe.directory` does not make recap honour
   it), and cannot make recap copy host files (`core.worktree` elsewhere, a symlinked directory or
   `info/exclude`).
+- `recap run --apply` writes the diff into such a repository byte for byte, running none of it.
 - A session file's `base_diff` cannot write the agent's `.git` or leave the workspace.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +33,7 @@ from harness.agent import Agent
 from harness.errors import WorkspaceError
 from harness.policies.scripted import ScriptedPolicy
 from harness.session import SessionWriter
+from harness.toolcall import render_tool_call
 from harness.workspace import WorkspaceOrigin
 from shadow_backend.mine import mine_sessions
 from shadow_backend.replay import replay_session
@@ -218,6 +221,21 @@ def test_a_hostile_repository_runs_nothing_at_create_rebuild_and_mining(
     mined = mine_sessions(repo, out_dir=tmp_path / "mined", paths=["*.txt"])
     assert [m.files for m in mined] == [("a.txt",)]
     assert "+y" in json.loads(mined[0].path.read_text().splitlines()[0])["reference_diff"]
+
+
+def test_recap_run_apply_runs_nothing_of_the_repository(markers: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    repo = _hostile_repo(tmp_path / "repo", markers, secret)
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([render_tool_call("write_file", {"path": "a.txt", "content": "applied\n"}),
+                                  render_tool_call("write_file", {"path": "new.txt", "content": "new\n"}),
+                                  render_tool_call("finish", {"message": "done"})]))
+    out = subprocess.run([sys.executable, "-m", "recap", "run", "--sessions-dir", str(tmp_path / "s"), "--repo", str(repo),
+                          "--model", f"scripted:{script}", "--apply", "edit"],
+                         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert (repo / "a.txt").read_bytes() == b"applied\n" and (repo / "new.txt").read_bytes() == b"new\n"
 
 
 def test_a_partial_clone_never_fetches_a_missing_blob(markers: Path, tmp_path: Path) -> None:
