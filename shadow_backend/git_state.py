@@ -86,12 +86,13 @@ NO_DRIVER_FLAGS = ("--no-ext-diff", "--no-textconv")
 """Flags of every `git diff` recap runs: no external diff program, no textconv."""
 
 
-def hardened_env(*, isolated: bool, config: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+def hardened_env(*, isolated: bool) -> dict[str, str]:
     """Environment variables (to lay over `os.environ`) under which a host-side git command runs
     nothing that a repository, a working tree or a workspace configures.
 
     Forced off: fsmonitor (run on every index read), hooks, the user's attributes file, submodule
-    recursion, every transport (so no lazy fetch, `ext::` or `uploadpack` command), replace refs.
+    recursion, every transport (so no lazy fetch, `ext::` or `uploadpack` command); replace refs
+    are ignored too (objects are what their ids say).
     Filters, textconv and external diffs are never *asked for* by recap's commands (plumbing, or
     `diff` with `NO_DRIVER_FLAGS`; `ShadowRepo` adds `NEUTRAL_ATTRIBUTES`). The settings go in as
     command-line config (`GIT_CONFIG_COUNT`, git >= 2.31), which outranks every config file and
@@ -100,12 +101,10 @@ def hardened_env(*, isolated: bool, config: Sequence[tuple[str, str]] = ()) -> d
 
     Args:
         isolated: also ignore the user's global and system config (for repositories recap owns).
-        config: more `(key, value)` pairs, e.g. `("safe.directory", path)`.
     """
-    pairs = (*_NO_CODE_CONFIG, *config)
     first = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    env = dict(_NO_CODE_ENV, GIT_CONFIG_COUNT=str(first + len(pairs)))
-    for n, (key, value) in enumerate(pairs, start=first):
+    env = dict(_NO_CODE_ENV, GIT_CONFIG_COUNT=str(first + len(_NO_CODE_CONFIG)))
+    for n, (key, value) in enumerate(_NO_CODE_CONFIG, start=first):
         env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
     if isolated:
         env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
@@ -226,19 +225,26 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
     with open_user_repo(directory) as repo:
         cmd = repo.git
         top = Path(repo.working_tree_dir).resolve()
-        listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
-                              stdout_as_string=False)
-        files = _existing_files(top, dict.fromkeys(_split_z(listed)))
         try:
-            head = repo.head.commit.hexsha
-        except ValueError:  # unborn branch: no commit yet
-            head = None
-        entries: list[TreeEntry] = []
-        if head is not None:
-            out = cmd.ls_tree("-r", "-z", "--full-tree", head, stdout_as_string=False)
-            entries = _parse_entries(out, with_type=True)
+            listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
+                                  stdout_as_string=False)
+            files = _existing_files(top, dict.fromkeys(_split_z(listed)))
+            try:
+                head = repo.head.commit.hexsha
+            except ValueError:  # unborn branch: no commit yet
+                head = None
+            entries: list[TreeEntry] = []
+            if head is not None:
+                out = cmd.ls_tree("-r", "-z", "--full-tree", head, stdout_as_string=False)
+                entries = _parse_entries(out, with_type=True)
+        except git.GitCommandError as exc:  # e.g. a config git cannot parse
+            raise WorkspaceError(f"git cannot read the repository at {top}: {_stderr(exc)}") from None
         exclude = _read_inside(Path(repo.git_dir), "info/exclude")
     return UserView(top, head, tuple(entries), tuple(files), exclude, is_git=True)
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    return (exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr)).strip()
 
 
 def _read_inside(directory: Path, rel: str) -> bytes:
@@ -256,15 +262,19 @@ def _read_inside(directory: Path, rel: str) -> bytes:
 
 
 def read_commit(repo_path: str | os.PathLike[str], commit: str) -> list[TreeEntry]:
-    """The blobs of `commit` of the repository containing `repo_path` (gitlinks left out).
+    """The blobs of `commit` (a full commit id) of the repository containing `repo_path`
+    (gitlinks left out).
 
-    Raises: `WorkspaceError` when it is not a repository or the commit is not in it.
+    Raises: `WorkspaceError` when it is not a repository, `commit` is not a full id (a session
+    file could pass an option) or the commit is not in the repository.
     """
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise WorkspaceError(f"base commit {commit!r} is not a full commit id")
     with open_user_repo(repo_path) as repo:
         try:
             out = repo.git.ls_tree("-r", "-z", "--full-tree", f"{commit}^{{commit}}", "--", stdout_as_string=False)
         except git.GitCommandError as exc:
-            raise WorkspaceError(f"cannot read {commit} of {repo_path}: {exc.stderr.strip()}") from None
+            raise WorkspaceError(f"cannot read {commit} of {repo_path}: {_stderr(exc)}") from None
     return _parse_entries(out, with_type=True)
 
 
@@ -410,8 +420,7 @@ class ShadowRepo:
                 return self._cmd.execute(["git", *args], env=env, istream=handle,
                                          stdout_as_string=False, strip_newline_in_stdout=False)
         except git.GitCommandError as exc:
-            stderr = exc.stderr.strip() if isinstance(exc.stderr, str) else str(exc.stderr)
-            raise WorkspaceError(f"git {args[0]} failed in the workspace: {stderr}") from exc
+            raise WorkspaceError(f"git {args[0]} failed in the workspace: {_stderr(exc)}") from exc
 
     def _fast_import(self, write_stream: Callable[[Callable[[bytes], object]], None]) -> None:
         """Run one `git fast-import` (one pack), `write_stream(write)` writing its commands."""
