@@ -25,9 +25,9 @@ index, refs), every session file (its `origin.repo`, `base_commit`, `base_diff`)
 repository, its `.git/config` included (it may be someone else's, or unpacked from anywhere).
 
 - Host-side git never reads config a command can write: recap's repository of a workspace is
-  `<name>.git/` beside the root, which the sandbox does not bind (with bwrap, the private /tmp hides it;
-  were the temp directory elsewhere it is read-only there, like the rest of the host). The
-  root's `.git` is the agent's copy, made once by `seal` and never read by recap.
+  `<name>.git/` beside the root, which bwrap never binds writable (only the root and home are;
+  under /tmp the private /tmp hides it altogether). The root's `.git` is the agent's copy, made
+  once by `seal` and never read by recap, so the agent may do anything to it.
 - Every host git command runs under `git_state.hardened_env`: fsmonitor off, hooks at
   /dev/null, no transport (no lazy fetch), no user or system config for recap's repositories;
   every diff with `--no-ext-diff --no-textconv`; the tree's `.gitattributes` are outranked by
