@@ -15,6 +15,8 @@ marker that appears was made by host-side git obeying config, attributes or hook
   it), and cannot make recap copy host files (`core.worktree` elsewhere, a symlinked directory or
   `info/exclude`).
 - `recap run --apply` writes the diff into such a repository byte for byte, running none of it.
+- A fork copies a symlinked `.git` or `.git/objects` as a symlink: it never hard-links the host
+  files it points to into the fork (where the sandbox could write them).
 - A session file's `base_diff` cannot write the agent's `.git` or leave the workspace.
 """
 
@@ -149,6 +151,23 @@ def test_git_config_written_in_the_workspace_runs_nothing_on_the_host(
     assert "nested" not in diff and "nested/f" not in files  # a nested repository is never added
     replayed = replay_session(session, backend=backend)
     assert replayed.error is None and replayed.divergences == () and replayed.final_diff in ("exact", "normalized")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fork_never_follows_a_symlinked_git_directory(backend: str, small_repo: Path, tmp_path: Path) -> None:
+    host = tmp_path / "host"  # say another repository's .git on the host
+    (host / "objects").mkdir(parents=True)
+    (host / "objects" / "object").write_text("host object\n")
+    (host / "config").write_text("host config\n")
+    with _backend(backend).create(small_repo) as ws:
+        expected = ws.diff()
+        for command in (f"rm -rf .git/objects && ln -s {host}/objects .git/objects", f"rm -rf .git && ln -s {host} .git"):
+            assert ws.run(command, timeout_s=30).exit_code == 0
+            (fork,) = ws.fork(1)
+            with fork:
+                assert Path(fork.root, ".git").is_symlink() or Path(fork.root, ".git", "objects").is_symlink()
+                assert fork.diff() == expected
+    assert (host / "objects" / "object").stat().st_nlink == 1 and (host / "config").stat().st_nlink == 1
 
 
 def _hostile_repo(root: Path, m: Path, secret: Path) -> Path:
