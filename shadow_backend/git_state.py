@@ -44,6 +44,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import git
 
 from harness.errors import WorkspaceError
+from shadow_backend.fork import copy_tree
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The id of git's empty tree (SHA-1 repositories)."""
@@ -547,8 +548,6 @@ class ShadowRepo:
     def seal(self, *, base: str, start: str) -> None:
         """Point `main` (checked out) and the tags `base`, `start` at the two commits (the index
         must hold `start`'s tree) and give the agent its copy of the repository at `root/.git`."""
-        from shadow_backend.fork import copy_tree
-
         refs = f"update refs/heads/main {start}\ncreate refs/tags/base {base}\ncreate refs/tags/start {start}\n"
         self._git("update-ref", "--stdin", stdin=refs.encode())
         agent_git = self.root / ".git"
