@@ -8,7 +8,7 @@ the wall time (ms) of:
     copytree      shutil.copytree of the workspace directory (copying every file in Python)
     cp -a         `cp -a` of the workspace directory (copying every file in C)
     copy_tree     shadow_backend.fork.copy_tree (reflink, else hard-linked git objects + cp -a)
-    local fork    LocalWorkspace.fork(1) (copy_tree + the private index + bookkeeping)
+    local fork    LocalWorkspace.fork(1) (copy_tree of the root and of recap's git directory)
     docker fork   DockerWorkspace.fork(1) (local fork + hand-over + a new container)
     docker create DockerBackend.create of the repository, for scale
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -148,10 +147,13 @@ def run(
         raise typer.Exit(1)
     if apply and result.diff:
         # the diff is relative to the repository's top level, which --repo may be below
+        from shadow_backend.git_state import apply_to
+
         top = workspace.origin.repo
-        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=top, input=result.diff.encode(), capture_output=True)
-        if done.returncode != 0:
-            raise fail(f"could not apply the diff to {top}: {done.stderr.decode(errors='replace').strip()}", 1)
+        try:  # byte for byte, reading nothing of the repository's git config (its filters would run)
+            apply_to(top, result.diff)
+        except RecapError as exc:
+            raise fail(f"could not apply the diff to {top}: {exc}", 1)
         console.print(f"[green]applied to {escape(top)}[/green]")
     if score and not score["verify_passed"]:
         raise typer.Exit(1)

@@ -35,6 +35,7 @@ from typing import Iterator
 
 from harness.errors import ConfigError
 from harness.session import SCHEMA_VERSION, SessionStart
+from shadow_backend.git_state import NEUTRAL_ATTRIBUTES, NO_DRIVER_FLAGS, hardened_env
 from shadow_backend.scoring import with_interpreter_on_path
 
 log = logging.getLogger(__name__)
@@ -175,9 +176,12 @@ def unpack(archive: Path, dest: Path) -> Path:
 
 
 def _git(repo: Path, *args: str) -> str:
+    """git in the task repository: no user or system config, nothing the unpacked source could
+    configure runs (`shadow_backend.git_state.hardened_env`)."""
     import os
 
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env={**os.environ, **_GIT_ENV})
+    env = {**os.environ, **_GIT_ENV, **hardened_env(isolated=True)}
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise ConfigError(f"git {' '.join(args)} failed in {repo}: {proc.stderr.strip()}")
     return proc.stdout
@@ -185,13 +189,21 @@ def _git(repo: Path, *args: str) -> str:
 
 def make_repo(source: Path) -> str:
     """Turn the unpacked source into a one-commit git repository; returns the commit id.
-    Bytecode and test caches are excluded (`.git/info/exclude`) so they never show in diffs."""
-    shutil.rmtree(source / ".git", ignore_errors=True)
+    Bytecode and test caches are excluded (`.git/info/exclude`) so they never show in diffs.
+    Every `.git` the archive holds is removed first (a nested repository would become a gitlink,
+    and git runs `git status` inside one, under its config), and the source's `.gitattributes`
+    are neutralised (`NEUTRAL_ATTRIBUTES`): blobs are the bytes unpacked."""
+    for found in sorted(source.rglob(".git"), key=lambda p: len(p.parts), reverse=True):
+        if found.is_dir() and not found.is_symlink():
+            shutil.rmtree(found)
+        else:
+            found.unlink()
     for cache_dir in list(source.rglob("__pycache__")):
         shutil.rmtree(cache_dir, ignore_errors=True)
     _git(source, "init", "-q")
     (source / ".git" / "info").mkdir(parents=True, exist_ok=True)
     (source / ".git" / "info" / "exclude").write_text("__pycache__/\n*.pyc\n.pytest_cache/\n", encoding="utf-8")
+    (source / ".git" / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES, encoding="utf-8")
     _git(source, "add", "-A")
     _git(source, "commit", "-q", "-m", "unpacked source distribution")
     return _git(source, "rev-parse", "HEAD").strip()
@@ -287,8 +299,9 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
         try:
             code, output = run_tests(source, timeout_s=test_timeout_s)
             failing = sorted(set(_FAILED.findall(output)))
-            bug = _git(source, "diff", "--binary") if code != 0 and failing else ""
-            fix = _git(source, "diff", "--binary", "-R", "--src-prefix=a/", "--dst-prefix=b/") if bug else ""  # the reverse: the known-good fix
+            diff = ["diff", "--binary", *NO_DRIVER_FLAGS]
+            bug = _git(source, *diff) if code != 0 and failing else ""
+            fix = _git(source, *diff, "-R", "--src-prefix=a/", "--dst-prefix=b/") if bug else ""  # the reverse: the known-good fix
         finally:
             target.write_text(original, encoding="utf-8")
         if not bug:

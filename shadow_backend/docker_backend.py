@@ -8,8 +8,7 @@ backend's semantics; `run()` execs inside the container:
 - `network_mode="none"`, CPU (`cpus`), memory (`mem_limit`, no extra swap) and pids
   (`pids_limit`) limits, all capabilities dropped, `no-new-privileges`;
 - as a non-root user: the host's uid when it is not root, else the image's `recap` user (uid
-  1000), to which the workspace files are handed (the root directory and `.git` stay the host's,
-  group-writable, so that host-side git keeps trusting them);
+  1000), to which the workspace files, the agent's `.git` included, are handed;
 - PID 1 is an init (running as root, out of the user's reach) that reaps orphans; when a command
   ends, whatever it left running is SIGKILLed, and on timeout every process of the command's user
   in the container is SIGKILLed from a second exec (`kill -KILL -1`), which takes the whole tree,
@@ -33,6 +32,23 @@ CPU time beyond `cpus`.
 
 Containers carry labels (`recap.workspace=1`, owner pid/start/host, created time) so that
 `recap backend gc` (run also at start-up, once per process) removes what a crash left behind.
+
+Threat model: git
+-----------------
+Trusted: recap, the host's git and Docker daemon, the image. Untrusted: whatever runs in the
+container and everything it can write, i.e. the whole bind-mounted root: files,
+`.gitattributes`, nested repositories and the agent's `.git` (config, hooks, index, refs), as
+well as session files and the user's repository (see `shadow_backend.local`).
+
+- Host-side git (`diff()`, `list_files()`, forks, replay) works on recap's git directory beside
+  the root on the host, which is not mounted into the container; the container's `.git` is the
+  agent's copy, never read by the host. So no git config, hook or attribute written in the
+  container reaches a host git command, and host git writes nothing the container sees but the
+  working tree it was asked to check out.
+- Every host git command runs as in the local backend (`git_state.hardened_env`: fsmonitor off,
+  hooks off, no transport, no user config; diffs without external diff or textconv; the tree's
+  attributes neutralised; nested repositories never added), so even the working tree it reads
+  names no program to run.
 """
 
 from __future__ import annotations
@@ -142,18 +158,12 @@ def _exec_user() -> tuple[int, int]:
 
 def _hand_over(root: str, uid: int, gid: int, *, start: str | None = None) -> None:
     """Give the container user the files under `root` (all of them, or only `start` and what lies
-    below it). The root directory and `.git` stay the host's, group-writable for `gid`, so that
-    host git does not call them 'dubious ownership'."""
+    below it). Host git does not mind: it reads recap's git directory, which stays the host's."""
     if uid == os.geteuid():
         return
-    keep = {os.path.realpath(root), os.path.realpath(os.path.join(root, ".git"))}
     top = start or root
     for path in [top] + [os.path.join(d, n) for d, dirs, files in os.walk(top) for n in dirs + files]:
-        if os.path.realpath(path) in keep:
-            os.chown(path, os.geteuid(), gid)
-            os.chmod(path, 0o775)
-        else:
-            os.chown(path, uid, gid, follow_symlinks=False)
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 class DockerWorkspace:
@@ -243,15 +253,7 @@ class DockerWorkspace:
         return self._files.list_files(path)
 
     def diff(self) -> str:
-        diff = self._files.diff()
-        if self._uid != os.geteuid():
-            # Host git just stored objects: let the container user add to the directories it made.
-            objects = os.path.join(self.root, ".git", "objects")
-            with os.scandir(objects) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False) and entry.stat().st_uid != self._uid:
-                        os.chown(entry.path, self._uid, self._gid)
-        return diff
+        return self._files.diff()
 
     # -- commands: inside the container ---------------------------------------------------
     def run(self, command: str | Sequence[str], *, timeout_s: float) -> CommandResult:

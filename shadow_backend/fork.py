@@ -4,11 +4,12 @@ Strategy, per fork:
 
 - **reflink** (copy-on-write clones: btrfs, XFS, bcachefs, ZFS 2.2+): every file is cloned with
   `cp -a --reflink=always`; no data is copied and each copy can be written in place freely.
-- otherwise **link-objects**: git's object files (`.git/objects/**`) are hard-linked, since git
-  never writes an object file in place (new objects are written to a temp file and renamed, and
-  they are read-only); everything else, the working tree included, is copied with
-  `cp -a --reflink=auto`. The working tree is *not* hard-linked: a command appending in place
-  (`echo x >> f`, `open(f, "r+")`) would write through the link into the other copies.
+- otherwise **link-objects**: git's object files (`.git/objects/**` of a workspace root, `objects/**`
+  of recap's git directory) are hard-linked, since git never writes an object file in place (new
+  objects are written to a temp file and renamed, and they are read-only); everything else, the
+  working tree included, is copied with `cp -a --reflink=auto`. The working tree is *not*
+  hard-linked: a command appending in place (`echo x >> f`, `open(f, "r+")`) would write through
+  the link into the other copies.
 
 `probe_reflink(dir)` tells which applies (the answer is cached per device).
 """
@@ -58,10 +59,16 @@ def _cp(args: list[str]) -> None:
         raise WorkspaceError(f"copying the workspace failed: {done.stderr.strip()}")
 
 
-def copy_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> Strategy:
+def copy_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str], *,
+              link_objects: str | None = ".git/objects") -> Strategy:
     """Copy the directory `source` to `dest` (which must not exist), keeping modes, symlinks and
     times; see the module docstring for how. Returns the strategy used.
 
+    Args:
+        link_objects: where the git object directory lies in `source` (a workspace root: its
+            `.git/objects`; a bare git directory: "objects"), hard-linked under "link-objects";
+            None: nothing is hard-linked. A symlink on that path is copied as a symlink, never
+            followed.
     Raises: WorkspaceError when the copy fails (the partial `dest` is left for the caller).
     """
     src, dst = Path(source), Path(dest)
@@ -71,18 +78,18 @@ def copy_tree(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> S
     if strategy == "reflink":
         _cp(["-a", "--reflink=always", "-T", str(src), str(dst)])
         return strategy
-    objects = src / ".git" / "objects"
-    if not objects.is_dir():
+    parts = Path(link_objects).parts if link_objects else ()
+    chain = [src.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
+    if not parts or not all(p.is_dir() and not p.is_symlink() for p in chain):
         _cp(["-a", "--reflink=auto", "-T", str(src), str(dst)])
         return strategy
-    dst.mkdir()
-    os.chmod(dst, os.stat(src).st_mode)
-    top = [str(p) for p in src.iterdir() if p.name != ".git"]
-    if top:
-        _cp(["-a", "--reflink=auto", *top, str(dst)])
-    (dst / ".git").mkdir()
-    rest = [str(p) for p in (src / ".git").iterdir() if p.name != "objects"]
-    if rest:
-        _cp(["-a", "--reflink=auto", *rest, str(dst / ".git")])
-    _cp(["-a", "--link", str(objects), str(dst / ".git" / "objects")])
+    here_src, here_dst = src, dst
+    for name in parts:  # copy every level but the objects directory, then link that
+        here_dst.mkdir()
+        os.chmod(here_dst, os.stat(here_src).st_mode)
+        rest = [str(p) for p in here_src.iterdir() if p.name != name]
+        if rest:
+            _cp(["-a", "--reflink=auto", *rest, str(here_dst)])
+        here_src, here_dst = here_src / name, here_dst / name
+    _cp(["-a", "--link", str(here_src), str(here_dst)])
     return strategy

@@ -1,14 +1,27 @@
-"""Git plumbing for the local shadow backend, through GitPython.
+"""Git plumbing of the shadow backend, through GitPython, with every host-side git command
+unable to run anything a repository or a workspace configures.
 
 Two sides:
 
-- The user's repository is only ever *read*: `git ls-files`, `git ls-tree`, `git cat-file` and a
-  `read-tree`/`checkout-index` into a temporary index file. Nothing is written under the user's
-  `.git` (no worktree metadata, no index refresh: `GIT_OPTIONAL_LOCKS=0`).
-- The workspace's own repository (`ShadowRepo`) is a fresh `git init` holding exactly two commits,
+- The user's repository is only ever *read*, with plumbing (`ls-files`, `ls-tree`, `cat-file`)
+  under `hardened_env`: nothing is written under its `.git` (`GIT_OPTIONAL_LOCKS=0`, no index
+  refresh, no checkout there), its fsmonitor and hooks are forced off, no transport may run (a
+  partial clone's lazy fetch would start the remote's command) and no filter, textconv or external
+  diff is ever asked for. That holds for a repository owned by another user too, which is why
+  recap may read one (with an explicit `GIT_DIR`) where plain `git status` refuses: the
+  repository's own config is parsed but nothing in it is executed. `core.worktree` pointing away
+  from the directory that holds `.git` is refused, and no path through a symlinked directory is
+  copied, so a repository cannot make recap copy host files into a workspace.
+- The workspace's repository (`ShadowRepo`) lives in a git directory *outside* the workspace root
+  (`GIT_DIR`, `GIT_WORK_TREE`), which neither sandbox can write; it holds exactly two commits,
   `base` (the user's HEAD tree) and `start` (base + the user's changes + unsaved buffers), so the
-  agent sees no history it was not given. Its git commands ignore the user's global and system
-  config and use a fixed identity and date, so the same trees always give the same commit ids.
+  agent sees no history it was not given. `seal` puts a copy of it at `root/.git` for the agent's
+  own git commands; recap never reads that copy again. The workspace's git commands read no user
+  or system config (only the git directory's own config, which recap wrote), use a fixed identity
+  and date (the same trees always give the same commit ids), and neutralise the working tree's
+  `.gitattributes` (`NEUTRAL_ATTRIBUTES` in `info/attributes`): files are taken as the bytes on
+  disk, with no filter, eol conversion, encoding or diff driver. Nested repositories in the
+  working tree are never added (no gitlinks), so git never runs inside one.
 
 Limits: submodules (gitlinks) are left out of the workspace; clean/smudge filters (Git LFS, eol
 conversion) are not applied, files are taken as the bytes on disk, so a repository whose working
@@ -27,25 +40,42 @@ import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import git
-from gitdb.base import IStream
 
 from harness.errors import WorkspaceError
+from shadow_backend.fork import copy_tree
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 """The id of git's empty tree (SHA-1 repositories)."""
 
 _GITLINK = "160000"
 
-_READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
-_SHADOW_ENV = {
-    **_READ_ONLY_ENV,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
+NEUTRAL_ATTRIBUTES = "* -text !eol !diff -filter -ident !working-tree-encoding\n"
+"""`info/attributes` of a repository recap writes to: it outranks every `.gitattributes` of the
+working tree, so files are stored as the bytes on disk (no eol conversion, encoding, ident or
+filter) and diffs use git's own text/binary detection (no diff driver, hence no textconv)."""
+
+_NO_CODE_CONFIG = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", os.devnull),
+    ("core.attributesFile", os.devnull),
+    ("submodule.recurse", "false"),
+)
+"""Command-line config (it outranks every config file) of every host-side git command."""
+
+_NO_CODE_ENV = {
+    "GIT_OPTIONAL_LOCKS": "0",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ALLOW_PROTOCOL": "",  # no transport at all, whatever the config allows (lazy fetch, ext::)
+    "GIT_NO_LAZY_FETCH": "1",  # git >= 2.44 says it directly
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+}
+
+_IDENTITY_ENV = {
     "GIT_LITERAL_PATHSPECS": "1",
     "GIT_AUTHOR_NAME": "recap",
     "GIT_AUTHOR_EMAIL": "recap@localhost",
@@ -54,6 +84,34 @@ _SHADOW_ENV = {
     "GIT_COMMITTER_EMAIL": "recap@localhost",
     "GIT_COMMITTER_DATE": "@0 +0000",
 }
+
+NO_DRIVER_FLAGS = ("--no-ext-diff", "--no-textconv")
+"""Flags of every `git diff` recap runs: no external diff program, no textconv."""
+
+
+def hardened_env(*, isolated: bool) -> dict[str, str]:
+    """Environment variables (to lay over `os.environ`) under which a host-side git command runs
+    nothing that a repository, a working tree or a workspace configures.
+
+    Forced off: fsmonitor (run on every index read), hooks, the user's attributes file, submodule
+    recursion, every transport (so no lazy fetch, `ext::` or `uploadpack` command); replace refs
+    are ignored too (objects are what their ids say).
+    Filters, textconv and external diffs are never *asked for* by recap's commands (plumbing, or
+    `diff` with `NO_DRIVER_FLAGS`; `ShadowRepo` adds `NEUTRAL_ATTRIBUTES`). The settings go in as
+    command-line config (`GIT_CONFIG_COUNT`, git >= 2.31), which outranks every config file and
+    reaches the git processes git itself starts; they are appended after any the caller's
+    environment already holds.
+
+    Args:
+        isolated: also ignore the user's global and system config (for repositories recap owns).
+    """
+    first = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    env = dict(_NO_CODE_ENV, GIT_CONFIG_COUNT=str(first + len(_NO_CODE_CONFIG)))
+    for n, (key, value) in enumerate(_NO_CODE_CONFIG, start=first):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    if isolated:
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    return env
 
 
 @dataclass(frozen=True)
@@ -121,17 +179,35 @@ class UserView:
     is_git: bool
 
 
-def _trusted(repo: git.Repo) -> git.Repo:
-    """`repo` with its git commands run read-only and with `safe.directory` set to its own working
-    tree (or git dir), so a repository owned by another user (a mounted volume, files unpacked by
-    root) is readable instead of failing with "detected dubious ownership". The exception covers
-    only the repository the user named, and only recap's read-only commands on it; it is passed as
-    command-line config (`GIT_CONFIG_COUNT`/`GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, git >= 2.31),
-    appended after any the caller's environment already holds."""
-    first = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
-    repo.git.update_environment(**_READ_ONLY_ENV, GIT_CONFIG_COUNT=str(first + 1),
-                                **{f"GIT_CONFIG_KEY_{first}": "safe.directory",
-                                   f"GIT_CONFIG_VALUE_{first}": repo.working_tree_dir or repo.git_dir})
+def open_user_repo(path: str | os.PathLike[str], *, search_parents: bool = True) -> git.Repo:
+    """The repository at (or, with `search_parents`, containing) `path`, its git commands run
+    under `hardened_env` with `GIT_DIR` and `GIT_WORK_TREE` given explicitly. They execute nothing
+    the repository configures, so they may read a repository another user owns (an explicit
+    `GIT_DIR` skips git's ownership check, which exists because a plain `git status` there would
+    run that user's fsmonitor).
+
+    Raises:
+        WorkspaceError: not a git repository, a bare one, or one whose working tree is not the
+            directory holding `.git` (`core.worktree`): recap would copy files from elsewhere.
+    """
+    try:
+        repo = git.Repo(path, search_parent_directories=search_parents)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+        raise WorkspaceError(f"{path} is not a git repository: {exc}") from None
+    if repo.bare or repo.working_tree_dir is None:
+        repo.close()
+        raise WorkspaceError(f"{path} is a bare repository; give a working tree")
+    top = Path(repo.working_tree_dir).resolve()
+    holder = next((d for d in (Path(path).resolve(), *Path(path).resolve().parents)
+                   if os.path.lexists(d / ".git")), None)
+    with repo.config_reader("repository") as config:
+        worktree = str(config.get_value("core", "worktree", ""))
+    if holder != top or (worktree and (Path(repo.git_dir) / worktree).resolve() != top):
+        repo.close()
+        raise WorkspaceError(f"the repository at {holder or top} sets its working tree elsewhere "
+                             f"(core.worktree = {worktree or top}); recap reads only the directory that holds .git")
+    repo.git.update_environment(**hardened_env(isolated=False), GIT_DIR=str(Path(repo.git_dir).resolve()),
+                                GIT_WORK_TREE=str(top))
     return repo
 
 
@@ -139,34 +215,83 @@ def read_user_view(path: str | os.PathLike[str]) -> UserView:
     """Read the state of the repository containing `path` (or the plain directory `path`).
 
     Raises:
-        WorkspaceError: `path` is not a directory.
+        WorkspaceError: `path` is not a directory, or see `open_user_repo`.
     """
     directory = Path(path).resolve()
     if not directory.is_dir():
         raise WorkspaceError(f"{directory} is not a directory")
     try:
-        repo = git.Repo(directory, search_parent_directories=True)
+        git.Repo(directory, search_parent_directories=True).close()
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return UserView(directory, None, (), tuple(_walk_plain(directory)), b"", is_git=False)
-    if repo.bare or repo.working_tree_dir is None:
-        raise WorkspaceError(f"{directory} is a bare repository; give a working tree")
-    with _trusted(repo):
+        return UserView(directory, None, (), tuple(_existing_files(directory, _walk_plain(directory))), b"",
+                        is_git=False)
+    with open_user_repo(directory) as repo:
         cmd = repo.git
-        top = Path(repo.working_tree_dir)
-        listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
-                              stdout_as_string=False)
-        files = _existing_files(top, dict.fromkeys(_split_z(listed)))
+        top = Path(repo.working_tree_dir).resolve()
         try:
-            head = repo.head.commit.hexsha
-        except ValueError:  # unborn branch: no commit yet
-            head = None
-        entries: list[TreeEntry] = []
-        if head is not None:
-            out = cmd.ls_tree("-r", "-z", "--full-tree", head, stdout_as_string=False)
-            entries = _parse_entries(out, with_type=True)
-        exclude_file = Path(repo.git_dir) / "info" / "exclude"
-        exclude = exclude_file.read_bytes() if exclude_file.is_file() else b""
+            listed = cmd.ls_files("-z", "--cached", "--others", "--exclude-standard",
+                                  stdout_as_string=False)
+            files = _existing_files(top, dict.fromkeys(_split_z(listed)))
+            try:
+                head = repo.head.commit.hexsha
+            except ValueError:  # unborn branch: no commit yet
+                head = None
+            entries: list[TreeEntry] = []
+            if head is not None:
+                out = cmd.ls_tree("-r", "-z", "--full-tree", head, stdout_as_string=False)
+                entries = _parse_entries(out, with_type=True)
+        except git.GitCommandError as exc:  # e.g. a config git cannot parse
+            raise WorkspaceError(f"git cannot read the repository at {top}: {_stderr(exc)}") from None
+        exclude = _read_inside(Path(repo.git_dir), "info/exclude")
     return UserView(top, head, tuple(entries), tuple(files), exclude, is_git=True)
+
+
+def _stderr(exc: git.GitCommandError) -> str:
+    return (exc.stderr if isinstance(exc.stderr, str) else str(exc.stderr)).strip()
+
+
+def _read_inside(directory: Path, rel: str) -> bytes:
+    """The regular file `directory/rel` (b"" when absent, or when it or a parent is a symlink
+    leading elsewhere or it is not a regular file: a repository cannot make recap read host files)."""
+    target = directory / rel
+    try:
+        if target.resolve().parent != directory.resolve() / Path(rel).parent:
+            return b""
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read() if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+
+
+def read_commit(repo_path: str | os.PathLike[str], commit: str) -> list[TreeEntry]:
+    """The blobs of `commit` (a full commit id) of the repository containing `repo_path`
+    (gitlinks left out).
+
+    Raises: `WorkspaceError` when it is not a repository, `commit` is not a full id (a session
+    file could pass an option) or the commit is not in the repository.
+    """
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+        raise WorkspaceError(f"base commit {commit!r} is not a full commit id")
+    with open_user_repo(repo_path) as repo:
+        try:
+            out = repo.git.ls_tree("-r", "-z", "--full-tree", f"{commit}^{{commit}}", "--", stdout_as_string=False)
+        except git.GitCommandError as exc:
+            raise WorkspaceError(f"cannot read {commit} of {repo_path}: {_stderr(exc)}") from None
+    return _parse_entries(out, with_type=True)
+
+
+def stream_blobs(repo_path: str | os.PathLike[str], shas: Iterable[str]) -> Iterator[tuple[str, bytes]]:
+    """(id, content) of blobs of the user's repository, one at a time (`cat-file --batch`).
+
+    Raises: `WorkspaceError` when a blob is missing.
+    """
+    with open_user_repo(repo_path) as repo:
+        for sha in dict.fromkeys(shas):
+            try:
+                yield sha, repo.odb.stream(bytes.fromhex(sha)).read()
+            except (ValueError, git.GitCommandError, OSError) as exc:
+                raise WorkspaceError(f"cannot read blob {sha} of {repo_path}: {exc}") from None
 
 
 def _fast_import_path(path: str) -> bytes:
@@ -192,26 +317,25 @@ def _attribute_pattern(path: str) -> str:
 
 
 def _existing_files(root: Path, paths: Iterable[str]) -> list[str]:
-    """The `paths` that are files or symlinks under `root` (deleted paths, submodule and
-    nested-repository directories are left out); one `lstat` each."""
+    """The `paths` that are regular files or symlinks under `root`, reached without passing through
+    a symlink (deleted paths, paths below a symlinked directory, FIFOs, devices, sockets, submodule
+    and nested-repository directories are left out); one `lstat` each, one `realpath` per parent."""
+    real_root = os.path.realpath(root)
+    parent_ok: dict[str, bool] = {"": True}
     out = []
     for rel in paths:
+        parent = os.path.dirname(rel)
+        if parent not in parent_ok:
+            parent_ok[parent] = os.path.realpath(os.path.join(root, parent)) == os.path.join(real_root, parent)
+        if not parent_ok[parent]:
+            continue
         try:
             mode = os.lstat(os.path.join(root, rel)).st_mode
         except OSError:
             continue
-        if not stat.S_ISDIR(mode):
+        if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
             out.append(rel)
     return out
-
-
-def _is_special(path: Path) -> bool:
-    """Whether `path` is a FIFO, socket or device (not a file, directory or symlink; no symlink followed)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
 _STALL_S = 1.0
@@ -288,34 +412,16 @@ def copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
             shutil.copy2(src, dst)
 
 
-def read_blobs(repo_path: Path, shas: Iterable[str]) -> dict[str, bytes]:
-    """Contents of blobs of the user's repository, by id."""
-    with _trusted(git.Repo(repo_path)) as repo:
-        return {sha: repo.odb.stream(bytes.fromhex(sha)).read() for sha in set(shas)}
+def apply_to(worktree: str | os.PathLike[str], patch: str) -> None:
+    """Apply a workspace diff (`ShadowRepo.diff_*`) to the directory `worktree`, the user's
+    checkout, byte for byte: `git apply` runs against a throwaway repository of recap's, so nothing
+    of the repository at `worktree` is read (config, attributes, hooks, index) and none of its
+    filters runs. git refuses paths with `..`, `.git` or a symlinked parent.
 
-
-def checkout_commit(repo_path: str | os.PathLike[str], commit: str, dest: Path) -> list[TreeEntry]:
-    """Write the files of `commit` into `dest` through a temporary index; return its blobs.
-
-    The user's index and working tree are not touched. Raises `WorkspaceError` when the commit is
-    not in the repository, or is something git would read as an option (it may come from a
-    session file: `--index-output=FILE` would write FILE on the host).
+    Raises: `WorkspaceError` with git's message when the diff does not apply (then nothing changed).
     """
-    if commit.startswith("-"):
-        raise WorkspaceError(f"refused commit {commit!r}: a commit id cannot start with '-'")
-    try:
-        repo = git.Repo(repo_path, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
-        raise WorkspaceError(f"{repo_path} is not a git repository: {exc}") from exc
-    with _trusted(repo), tempfile.TemporaryDirectory(prefix="recap-index-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        try:
-            repo.git.read_tree(commit, env=env)
-            repo.git.checkout_index("-a", "-f", f"--prefix={dest}/", env=env)
-            out = repo.git.ls_tree("-r", "-z", "--full-tree", commit, env=env, stdout_as_string=False)
-        except git.GitCommandError as exc:
-            raise WorkspaceError(f"cannot check out {commit} of {repo_path}: {exc.stderr.strip()}") from exc
-    return _parse_entries(out, with_type=True)
+    with tempfile.TemporaryDirectory(prefix="recap-apply-") as tmp:
+        ShadowRepo.init(Path(tmp) / "git", Path(worktree)).apply(patch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,91 +429,138 @@ def checkout_commit(repo_path: str | os.PathLike[str], commit: str, dest: Path) 
 
 
 class ShadowRepo:
-    """The sealed git repository inside a workspace root.
+    """The workspace's git repository: a git directory outside the workspace root, the root its
+    working tree.
 
-    Its main index is the agent's (commands may run `git add`); recap's own bookkeeping uses a
-    private index file outside the root (`private_index`), so `diff()` and `list_files()` stay
-    right whatever the agent does to the repository's index or refs.
+    Its index is recap's own; `seal` gives the agent a copy at `root/.git` (commands may run
+    `git add`, `git commit` there), which recap never reads, so `diff()` and `list_files()` stay
+    right whatever the agent does to its repository, and nothing the agent writes there (config,
+    hooks, attributes) reaches a host-side git command. Files enter the index only through
+    `_stage` (never `git add`), which leaves nested repositories out: with no gitlink in the
+    index, git never looks inside one (it would run `git status` there, under that repository's
+    config).
     """
 
-    def __init__(self, root: Path, *, private_index: Path) -> None:
-        self.root = root
-        self.private_index = private_index
-        self._repo = git.Repo(root)
-        self._repo.git.update_environment(**_SHADOW_ENV)
+    def __init__(self, git_dir: Path, worktree: Path) -> None:
+        self.git_dir, self.root = git_dir, worktree
+        self._cmd = git.Git(worktree)
+        self._cmd.update_environment(**_IDENTITY_ENV, **hardened_env(isolated=True), GIT_DIR=str(git_dir),
+                                     GIT_WORK_TREE=str(worktree), GIT_INDEX_FILE=str(git_dir / "index"))
 
     @classmethod
-    def init(cls, root: Path, *, private_index: Path, exclude: bytes = b"") -> "ShadowRepo":
-        repo = git.Repo.init(root, initial_branch="main")
-        with repo.config_writer() as cfg:
-            cfg.set_value("core", "checkStat", "minimal")  # forks copy files: inodes change
-            cfg.set_value("core", "trustctime", "false")
-            cfg.set_value("gc", "auto", "0")
-        if exclude:
-            (Path(repo.git_dir) / "info").mkdir(exist_ok=True)
-            (Path(repo.git_dir) / "info" / "exclude").write_bytes(exclude)
-        repo.close()
-        return cls(root, private_index=private_index)
+    def init(cls, git_dir: Path, worktree: Path, *, exclude: bytes = b"") -> "ShadowRepo":
+        """A new empty repository in `git_dir` (which must not exist) for the working tree `worktree`."""
+        repo = cls(git_dir, worktree)
+        repo._git("init", "--quiet", "--initial-branch=main")
+        repo._git("config", "--unset", "core.worktree")  # init recorded GIT_WORK_TREE; the agent's copy finds its own
+        for key, value in (("core.checkStat", "minimal"),  # forks copy files: inodes change
+                           ("core.trustctime", "false"), ("gc.auto", "0")):
+            repo._git("config", key, value)
+        (git_dir / "info").mkdir(exist_ok=True)
+        (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES, encoding="utf-8")
+        (git_dir / "info" / "exclude").write_bytes(exclude)
+        return repo
 
     def close(self) -> None:
-        self._repo.close()
+        self._cmd.clear_cache()
 
     def _git(self, *args: str, index: Path | None = None, stdin: bytes | None = None) -> bytes:
         env = {"GIT_INDEX_FILE": str(index)} if index is not None else None
         try:
             if stdin is None:
-                return self._repo.git.execute(["git", *args], env=env, stdout_as_string=False,
-                                              strip_newline_in_stdout=False)
+                return self._cmd.execute(["git", *args], env=env, stdout_as_string=False,
+                                         strip_newline_in_stdout=False)
             with _TempFile(stdin) as handle:
-                return self._repo.git.execute(["git", *args], env=env, istream=handle,
-                                              stdout_as_string=False, strip_newline_in_stdout=False)
+                return self._cmd.execute(["git", *args], env=env, istream=handle,
+                                         stdout_as_string=False, strip_newline_in_stdout=False)
         except git.GitCommandError as exc:
-            raise WorkspaceError(f"git {args[0]} failed in the workspace: {exc.stderr.strip()}") from exc
+            raise WorkspaceError(f"git {args[0]} failed in the workspace: {_stderr(exc)}") from exc
+
+    def _fast_import(self, write_stream: Callable[[Callable[[bytes], object]], None]) -> None:
+        """Run one `git fast-import` (one pack), `write_stream(write)` writing its commands."""
+        proc = self._cmd.execute(["git", "fast-import", "--quiet", "--done"], istream=subprocess.PIPE,
+                                 as_process=True)
+        try:
+            write_stream(proc.proc.stdin.write)
+            proc.proc.stdin.write(b"done\n")
+            proc.proc.stdin.close()
+            proc.wait()
+        except (git.GitCommandError, OSError) as exc:
+            raise WorkspaceError(f"git fast-import failed in the workspace: {exc}") from exc
+        finally:
+            if proc.proc.poll() is None:  # the stream failed half-way: nothing of it is kept
+                proc.proc.kill()
+                proc.proc.wait()
+
+    def _import_tree(self, files: Iterable[tuple[bytes, str, bytes]]) -> str:
+        """The id of a tree holding `files` (mode, path, content), stored through `_fast_import`."""
+        ref = "refs/recap/import"
+
+        def stream(write: Callable[[bytes], object]) -> None:
+            write(b"commit %s\ncommitter recap <recap@localhost> 0 +0000\ndata 0\n" % ref.encode())
+            for mode, rel, data in files:
+                write(b"M %s inline %s\ndata %d\n" % (mode, _fast_import_path(rel), len(data)))
+                write(data)
+                write(b"\n")
+            write(b"\n")  # the end of the commit
+
+        self._fast_import(stream)
+        tree = self._git("rev-parse", f"{ref}^{{tree}}").decode().strip()
+        self._git("update-ref", "-d", ref)
+        return tree
 
     def import_worktree(self, *, force: bool) -> str:
-        """Put every file of the working tree into the (still empty) repository and the main index
-        and return the tree id. `force` takes ignored files too.
+        """Put every file of the working tree into the (still empty) repository and the index and
+        return the tree id. `force` takes ignored files too.
 
         Blobs go through one `git fast-import` stream into a single pack, which costs far fewer
         file-system operations than `git add` writing one loose object per file.
         """
         listing = ["ls-files", "-z", "--others"] + ([] if force else ["--exclude-standard"])
         paths = sorted(_existing_files(self.root, _split_z(self._git(*listing))))
-        ref = "refs/recap/import"
-        proc = self._repo.git.execute(["git", "fast-import", "--quiet", "--done"], istream=subprocess.PIPE,
-                                      as_process=True)
-        try:
-            write = proc.proc.stdin.write
-            write(b"commit %s\ncommitter recap <recap@localhost> 0 +0000\ndata 0\n" % ref.encode())
+
+        def files() -> Iterator[tuple[bytes, str, bytes]]:
             for rel in paths:
                 full = os.path.join(self.root, rel)
-                info = os.lstat(full)
-                if stat.S_ISLNK(info.st_mode):
-                    mode, data = b"120000", os.fsencode(os.readlink(full))
-                else:
-                    mode = b"100755" if info.st_mode & 0o100 else b"100644"
-                    with open(full, "rb") as handle:
-                        data = handle.read()
-                write(b"M %s inline %s\ndata %d\n" % (mode, _fast_import_path(rel), len(data)))
-                write(data)
-                write(b"\n")
-            write(b"\ndone\n")
-            proc.proc.stdin.close()
-            proc.wait()
-        except (git.GitCommandError, OSError) as exc:
-            raise WorkspaceError(f"git fast-import failed in the workspace: {exc}") from exc
-        tree = self._git("rev-parse", f"{ref}^{{tree}}").decode().strip()
-        self._git("update-ref", "-d", ref)
+                if os.path.islink(full):
+                    yield b"120000", rel, os.fsencode(os.readlink(full))
+                    continue
+                with open(full, "rb") as handle:
+                    yield (b"100755" if os.fstat(handle.fileno()).st_mode & 0o100 else b"100644"), rel, handle.read()
+
+        tree = self._import_tree(files())
         self._git("read-tree", tree)
-        self._git("update-index", "-q", "--refresh")  # stat data, so later `add -A` hashes only changes
+        self._git("update-index", "-q", "--refresh")  # stat data, so later staging hashes only changes
         return tree
 
+    def checkout(self, entries: Sequence[TreeEntry]) -> str:
+        """Write the files of `entries` (their blobs stored already) into the empty working tree
+        and the index; return the tree id. Paths git refuses (`..`, `.git`, through a symlink)
+        fail with `WorkspaceError`."""
+        tree = self.tree_from_entries(entries)
+        self._git("read-tree", tree)
+        self._git("checkout-index", "--all", "--force", "-u")  # -u: stat data in the index
+        return tree
+
+    def _stage(self, *, force: bool, paths: Sequence[str] = ()) -> None:
+        """Bring the index up to the working tree (all of it, or `paths`): changed and new regular
+        files and symlinks in, deleted ones (and ones now below a symlink or turned into a
+        directory) out. `force` takes ignored new files too. Directories, nested repositories
+        included, are never added."""
+        spec = ["--", *paths] if paths else []
+        tracked = _split_z(self._git("ls-files", "-z", "--modified", "--deleted", *spec))
+        new = _split_z(self._git("ls-files", "-z", "--others", *([] if force else ["--exclude-standard"]), *spec))
+        present = _existing_files(self.root, dict.fromkeys(tracked + new))
+        gone = set(tracked).difference(present)
+        if gone:
+            self._git("update-index", "-z", "--force-remove", "--stdin", stdin=_join_z(sorted(gone)))
+        if present:
+            self._git("update-index", "-z", "--add", "--remove", "--replace", "--stdin", stdin=_join_z(present))
+
     def snapshot(self, *, force: bool, paths: Iterable[str] = ()) -> str:
-        """Stage the working tree (all of it, or only `paths`) into the main index and return its
-        tree id. `force` stages ignored files too (files the user sees although ignored)."""
-        paths = list(paths)
-        args = ["add", "--force"] if force else ["add"]
-        self._git(*args, *(["--", *paths] if paths else ["-A"]))
+        """Stage the working tree (all of it, or only `paths`) into the index and return its tree
+        id. `force` stages ignored files too (files the user sees although ignored)."""
+        self._stage(force=force, paths=list(paths))
         return self._git("write-tree").decode().strip()
 
     def tree_from_entries(self, entries: Iterable[TreeEntry]) -> str:
@@ -425,22 +578,35 @@ class ShadowRepo:
         out = self._git("cat-file", "--batch-check", stdin=("\n".join(wanted) + "\n").encode()).decode()
         return [line.split()[0] for line in out.splitlines() if line.endswith(" missing")]
 
-    def store_blobs(self, blobs: dict[str, bytes]) -> None:
-        for sha, data in blobs.items():
-            stored = self._repo.odb.store(IStream("blob", len(data), BytesIO(data))).hexsha.decode()
-            if stored != sha:
-                raise WorkspaceError(f"blob {sha} was stored as {stored}")
+    def store_blobs(self, blobs: Iterable[tuple[str, bytes]]) -> None:
+        """Store (id, content) blobs, read one at a time, in one pack. Raises `WorkspaceError` if a
+        content does not match its id."""
+        shas: list[str] = []
+
+        def stream(write: Callable[[bytes], object]) -> None:
+            for sha, data in blobs:
+                shas.append(sha)
+                write(b"blob\ndata %d\n" % len(data))
+                write(data)
+                write(b"\n")
+
+        self._fast_import(stream)
+        if missing := self.missing_blobs(shas):
+            raise WorkspaceError(f"blobs {', '.join(missing[:3])} were stored under other ids")
 
     def commit(self, tree: str, *, parent: str | None, message: str) -> str:
         args = ["commit-tree", tree, "-m", message] + (["-p", parent] if parent else [])
         return self._git(*args).decode().strip()
 
     def seal(self, *, base: str, start: str) -> None:
-        """Point `main` (checked out) and the tags `base`, `start` at the two commits and copy the
-        main index (which must hold `start`'s tree) as the private index."""
+        """Point `main` (checked out) and the tags `base`, `start` at the two commits (the index
+        must hold `start`'s tree) and give the agent its copy of the repository at `root/.git`."""
         refs = f"update refs/heads/main {start}\ncreate refs/tags/base {base}\ncreate refs/tags/start {start}\n"
         self._git("update-ref", "--stdin", stdin=refs.encode())
-        shutil.copyfile(Path(self._repo.git_dir) / "index", self.private_index)
+        agent_git = self.root / ".git"
+        if os.path.lexists(agent_git):
+            raise WorkspaceError(f"{agent_git} exists already")
+        copy_tree(self.git_dir, agent_git, link_objects=None)
 
     def diff_trees(self, old: str, new: str) -> str:
         return self._diff(old, new)
@@ -450,30 +616,28 @@ class ShadowRepo:
         A tracked file a command replaced by a FIFO, socket or device shows as deleted (git can
         store none of them; untracked ones are left out)."""
         with _fifos_unblocked(self.root):
-            tracked = _split_z(self._git("ls-files", "-z", "--cached", index=self.private_index))
-            special = [rel for rel in tracked if _is_special(self.root / rel)]
-            if special:
-                self._git("update-index", "-z", "--force-remove", "--stdin", index=self.private_index,
-                          stdin="\0".join(special).encode("utf-8", "surrogateescape"))
-            self._git("add", "-A", index=self.private_index)
-            return self._diff("--cached", start, index=self.private_index)
+            self._stage(force=False)
+            return self._diff("--cached", start)
 
-    def _diff(self, *revs: str, index: Path | None = None) -> str:
+    def _diff(self, *revs: str) -> str:
         """`git diff --binary`, always valid UTF-8: a text file that is not UTF-8 gets a binary patch
         (its text hunks could not go into a JSON session, nor survive decoding)."""
-        flags = ["--binary", "--no-renames", "--no-color", "--no-ext-diff", "--src-prefix=a/", "--dst-prefix=b/"]
-        raw = self._git("diff", *flags, *revs, index=index)
+        flags = ["--binary", "--no-renames", "--no-color", *NO_DRIVER_FLAGS, "--src-prefix=a/", "--dst-prefix=b/"]
+        raw = self._git("diff", *flags, *revs)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             pass
-        names = _split_z(self._git("diff", "--name-only", "-z", "--no-renames", *revs, index=index))
+        names = _split_z(self._git("diff", "--name-only", "-z", "--no-renames", *revs))
         sections = raw.split(b"\ndiff --git ")  # one per file, in --name-only order
         undecodable = [name for name, section in zip(names, sections) if not _is_utf8(section)]
-        attributes = self.private_index.with_name("binary.attributes")
-        attributes.write_text("".join(f"{_attribute_pattern(name)} binary\n" for name in undecodable),
+        attributes = self.git_dir / "info" / "attributes"  # the only file that outranks the tree's
+        attributes.write_text(NEUTRAL_ATTRIBUTES + "".join(f"{_attribute_pattern(name)} binary\n" for name in undecodable),
                               encoding="utf-8", errors="surrogateescape")
-        raw = self._git("-c", f"core.attributesFile={attributes}", "diff", *flags, *revs, index=index)
+        try:
+            raw = self._git("diff", *flags, *revs)
+        finally:
+            attributes.write_text(NEUTRAL_ATTRIBUTES, encoding="utf-8")
         return raw.decode("utf-8", "replace")  # only a non-UTF-8 file *name* can still be undecodable
 
     def apply(self, patch: str) -> None:
@@ -483,20 +647,12 @@ class ShadowRepo:
                       stdin=patch.encode("utf-8", "surrogateescape"))
 
     def list_files(self, path: str) -> list[str]:
-        """Existing files under `path` (tracked in the private index, or untracked not ignored).
-
-        Works whatever a command did to the workspace's `.git` (deleted `HEAD`, or all of it): then
-        the listing goes through an empty stand-in repository next to the private index, which
-        still honours the `.gitignore` files (not the workspace's `info/exclude`). A FIFO where git
-        reads ignore rules counts as empty (`_fifos_unblocked`)."""
-        listing = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path]
+        """Existing files under `path` (tracked in the index, or untracked not ignored). A FIFO where
+        git reads ignore rules counts as empty (`_fifos_unblocked`)."""
         with _fifos_unblocked(self.root):
-            try:
-                out = self._git(*listing, index=self.private_index)
-            except WorkspaceError:
-                stand_in = self.private_index.with_name("stand-in.git")
-                if not (stand_in / "HEAD").is_file():
-                    self._git("init", "--bare", "-q", str(stand_in))
-                out = self._git(f"--git-dir={stand_in}", f"--work-tree={self.root}", *listing,
-                                index=self.private_index)
+            out = self._git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", path)
         return sorted(_existing_files(self.root, dict.fromkeys(_split_z(out))))
+
+
+def _join_z(paths: Iterable[str]) -> bytes:
+    return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)

@@ -1,9 +1,9 @@
 """The local shadow backend: a workspace is a private copy of the repository in a temp directory.
 
     tmp/recap-ws-XXXX/
-        <name>/          the workspace root: the files the user sees, plus a fresh sealed `.git`
+        <name>/          the workspace root: the files the user sees, plus the agent's `.git`
+        <name>.git/      recap's git directory of the root (`git_state.ShadowRepo`), out of reach
         home/            $HOME of the commands
-        shadow.index     recap's private git index (see `git_state.ShadowRepo`)
 
 `LocalBackend.create` copies what the user sees (HEAD + staged + unstaged + untracked-not-ignored
 files, then unsaved editor buffers) without writing anything in the user's repository.
@@ -14,7 +14,7 @@ environment, and output bounded while it is read. When bubblewrap works they run
 (`shadow_backend.sandbox`); `origin.sandbox` says what applies.
 
 Threat model: sandbox
-
+---------------------
 Commands (and what they start) are untrusted: the model wrote them, or the repository did. They see
 the toolchain and /etc's public files read-only, their workspace and $HOME read-write, a private
 size-limited /tmp, and nothing else of the host: no secrets (/etc/shadow, /root, /home), no host
@@ -27,6 +27,28 @@ may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE); a command th
 stopped. A limit a command runs into is told at the end of its stderr (`[recap] memory limit of
 4 GiB reached: ...`). With `sandbox="none"` or without bubblewrap only the limits apply: commands see
 the host as the user.
+
+Threat model: git
+-----------------
+Trusted: recap, the host's git, the user's global and system git config. Untrusted: everything
+in a workspace (files, `.gitattributes`, nested repositories, the agent's `.git`: config, hooks,
+index, refs), every session file (its `origin.repo`, `base_commit`, `base_diff`) and the user's
+repository, its `.git/config` included (it may be someone else's, or unpacked from anywhere).
+
+- Host-side git never reads config a command can write: recap's repository of a workspace is
+  `<name>.git/` beside the root, which bwrap never binds writable (only the root and home are;
+  under /tmp the private /tmp hides it altogether). The root's `.git` is the agent's copy, made
+  once by `seal` and never read by recap, so the agent may do anything to it.
+- Every host git command runs under `git_state.hardened_env`: fsmonitor off, hooks at
+  /dev/null, no transport (no lazy fetch), no user or system config for recap's repositories;
+  every diff with `--no-ext-diff --no-textconv`; the tree's `.gitattributes` are outranked by
+  `git_state.NEUTRAL_ATTRIBUTES`, so no filter or diff driver is ever looked up; nested
+  repositories are never added (git would run inside them).
+- The user's repository is read with plumbing only (never a checkout, a filter, a hook or an
+  index write), so its own config runs nothing, whoever owns it; a start state from a session
+  file is rebuilt from blobs read that way and checked out by recap's repository, where git
+  refuses paths with `..`, `.git` or a symlinked parent.
+- With `sandbox="none"` commands run on the host as the user: nothing above is a boundary then.
 """
 
 from __future__ import annotations
@@ -262,7 +284,7 @@ class LocalWorkspace:
         self.config = config
         self._bwrap = _use_bwrap(config)
         self.origin = dataclasses.replace(origin, sandbox=_sandbox_words(self._bwrap, network, config))
-        self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
+        self._git = git_state.ShadowRepo(_git_dir_of(root), root)
         self._closed = False
         self._running: set[int] = set()
         self._quota = limits.DiskQuota([tmp], config.disk_quota_bytes) if config.disk_quota_bytes else None
@@ -367,8 +389,9 @@ class LocalWorkspace:
             for _ in range(n):
                 tmp = _claimed_tmp(self._tmp.parent)
                 try:  # reflinks where the file system has them, else hard-linked git objects + cp
+                    fork_copy.copy_tree(_git_dir_of(self._root), _git_dir_of(tmp / self._root.name),
+                                        link_objects="objects")
                     fork_copy.copy_tree(self._root, tmp / self._root.name)
-                    shutil.copy2(self._tmp / "shadow.index", tmp / "shadow.index")
                     forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
                                                 start_commit=self.start_commit, network=self.network,
                                                 config=self.config))
@@ -472,34 +495,42 @@ class LocalBackend:
         view = git_state.read_user_view(repo)
         with _Building(view.toplevel.name, parent_dir) as build:
             git_state.copy_files(view.toplevel, build.root, view.files)
-            shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index",
-                                               exclude=view.exclude)
+            shadow = git_state.ShadowRepo.init(build.git_dir, build.root, exclude=view.exclude)
             user_tree = shadow.import_worktree(force=view.is_git)
             missing = shadow.missing_blobs(e.sha for e in view.head_entries)
             if missing:  # HEAD versions of files the user changed or deleted
-                shadow.store_blobs(git_state.read_blobs(view.toplevel, missing))
+                shadow.store_blobs(git_state.stream_blobs(view.toplevel, missing))
+            base_tree = shadow.tree_from_entries(view.head_entries)
             origin = WorkspaceOrigin(repo=str(view.toplevel), base_commit=view.head, buffers=dict(buffers or {}))
-            return build.finish(shadow, view.head_entries, user_tree, origin, network=network, config=config)
+            return build.finish(shadow, base_tree, user_tree, origin, network=network, config=config)
 
     @classmethod
     def from_origin(cls, origin: WorkspaceOrigin, *, network: bool = False,
                     parent_dir: str | os.PathLike[str] | None = None,
                     config: LocalConfig | None = None) -> LocalWorkspace:
-        """Rebuild the start state recorded in `origin`: `origin.repo` at `base_commit`, then
-        `base_diff` applied (`git apply --binary`), then the buffers.
+        """Rebuild the start state recorded in `origin`: `origin.repo` at `base_commit` (its blobs
+        as stored: no filter or eol conversion), then `base_diff` applied (`git apply --binary`),
+        then the buffers.
 
         Raises:
-            WorkspaceError: the commit is missing from `origin.repo`, or the diff does not apply.
+            WorkspaceError: the commit is missing from `origin.repo`, it holds a path git refuses,
+                or the diff does not apply.
         """
         with _Building(Path(origin.repo).name or "workspace", parent_dir) as build:
-            base_entries: list[git_state.TreeEntry] = []
+            shadow = git_state.ShadowRepo.init(build.git_dir, build.root)
+            base_tree = git_state.EMPTY_TREE
             if origin.base_commit is not None:
-                base_entries = git_state.checkout_commit(origin.repo, origin.base_commit, build.root)
-            shadow = git_state.ShadowRepo.init(build.root, private_index=build.tmp / "shadow.index")
-            shadow.import_worktree(force=True)
+                entries = git_state.read_commit(origin.repo, origin.base_commit)
+                shadow.store_blobs(git_state.stream_blobs(origin.repo, (e.sha for e in entries)))
+                base_tree = shadow.checkout(entries)
             shadow.apply(origin.base_diff)
             user_tree = shadow.snapshot(force=True)
-            return build.finish(shadow, base_entries, user_tree, origin, network=network, config=config)
+            return build.finish(shadow, base_tree, user_tree, origin, network=network, config=config)
+
+
+def _git_dir_of(root: Path) -> Path:
+    """recap's git directory of the workspace root `root`: beside it, out of the sandbox's reach."""
+    return root.with_name(root.name + ".git")
 
 
 def _claimed_tmp(parent_dir: str | os.PathLike[str] | None) -> Path:
@@ -524,6 +555,7 @@ class _Building:
     def __init__(self, name: str, parent_dir: str | os.PathLike[str] | None) -> None:
         self.tmp = _claimed_tmp(parent_dir)
         self.root = self.tmp / name
+        self.git_dir = _git_dir_of(self.root)
         try:
             self.root.mkdir()
         except BaseException:
@@ -537,16 +569,14 @@ class _Building:
         if exc_type is not None:
             _discard_tmp(self.tmp)
 
-    def finish(self, shadow: git_state.ShadowRepo, base_entries: Sequence[git_state.TreeEntry],
-               user_tree: str, origin: WorkspaceOrigin, *, network: bool,
-               config: LocalConfig | None) -> LocalWorkspace:
+    def finish(self, shadow: git_state.ShadowRepo, base_tree: str, user_tree: str, origin: WorkspaceOrigin, *,
+               network: bool, config: LocalConfig | None) -> LocalWorkspace:
         """Write buffers, commit `base` and `start`, and hand over the workspace."""
         for path, text in origin.buffers.items():
             target = confine(self.root, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(text.encode("utf-8", "surrogateescape"))
         start_tree = shadow.snapshot(force=True, paths=origin.buffers) if origin.buffers else user_tree
-        base_tree = shadow.tree_from_entries(base_entries)
         base = shadow.commit(base_tree, parent=None, message="base")
         start = shadow.commit(start_tree, parent=base, message="start")
         shadow.seal(base=base, start=start)

@@ -86,10 +86,12 @@ def mine_sessions(
     """
     import git  # gitpython, lazily
 
-    try:
-        repository = git.Repo(repo)
+    from shadow_backend.git_state import NO_DRIVER_FLAGS, open_user_repo
+
+    try:  # plumbing and driver-free diffs only: the repository's own config runs nothing
+        repository = open_user_repo(repo, search_parents=False)
         commits = list(repository.iter_commits(rev_range or "HEAD", reverse=True))
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError, ValueError) as exc:
+    except (WorkspaceError, git.GitCommandError, ValueError) as exc:
         raise WorkspaceError(f"cannot read the history of {repo} ({rev_range or 'HEAD'}): {exc}") from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -100,14 +102,15 @@ def mine_sessions(
         files: tuple[str, ...] = ()
         if keep:
             parent = commit.parents[0]
-            changed = repository.git.diff("--name-only", "--no-renames", parent.hexsha, commit.hexsha).splitlines()
+            changed = repository.git.diff("--name-only", "--no-renames", *NO_DRIVER_FLAGS,
+                                          parent.hexsha, commit.hexsha).splitlines()
             files = tuple(f for f in changed if is_source(f, globs=paths))
             keep = bool(files)
         if on_commit is not None:
             on_commit(commit.hexsha, keep)
         if not keep:
             continue
-        reference = repository.git.diff("--binary", "--no-renames", parent.hexsha, commit.hexsha)
+        reference = repository.git.diff("--binary", "--no-renames", *NO_DRIVER_FLAGS, parent.hexsha, commit.hexsha)
         message = commit.message.strip()
         path = out / f"{commit.hexsha[:10]}-{_slug(message.splitlines()[0] if message else '')}.jsonl"
         path.unlink(missing_ok=True)  # re-mining replaces, never appends to, a session

@@ -79,13 +79,16 @@ def test_each_mutation_kind_is_found_and_stays_valid_python():
     assert any("total = 0" in SOURCE[m.start : m.end] for m in dropped)
 
 
-def _sdist(path):
+def _sdist(path, extra=None):
+    """A source distribution of tinymath; `extra` is a folder added as it is (hostile content)."""
     with tarfile.open(path, "w:gz") as tf:
         for name, text in (("tinymath.py", SOURCE), ("test_tinymath.py", TESTS), ("setup.py", "")):
             data = text.encode()
             info = tarfile.TarInfo(f"tinymath-1.0/{name}")
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
+        for item in sorted(extra.iterdir()) if extra else ():
+            tf.add(item, f"tinymath-1.0/{item.name}")
 
 
 def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(tmp_path, monkeypatch):
@@ -116,6 +119,34 @@ def test_make_tasks_writes_sessions_whose_verify_fails_then_passes_with_the_fix(
             fixed = run_verify(ws, start.verify, timeout_s=120)
             assert fixed.passed and fixed.tests_passed and not fixed.tests_failed, fixed.output
     assert len(kinds) >= 2
+
+
+def test_a_hostile_sdist_runs_no_git_config_on_the_host(tmp_path):
+    # The archive ships .gitattributes naming drivers and a nested repository (vendor/.git) whose
+    # config has an fsmonitor and that driver: a gitlink would make `git diff` run `git status`
+    # inside it, under that config.
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    extra = tmp_path / "extra"
+    vendor = extra / "vendor"
+    vendor.mkdir(parents=True)
+    (extra / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (vendor / "f.txt").write_text("x\n")
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin"}
+    script = (f"git init -q && git add f.txt && git -c user.name=a -c user.email=a@b commit -qm v"
+              f" && git config core.fsmonitor 'touch {markers}/fsmonitor; false #'"
+              f" && git config filter.evil.clean 'touch {markers}/clean; cat'"
+              f" && git config diff.evil.textconv 'touch {markers}/textconv; cat'"
+              f" && printf '* filter=evil\\n' > .gitattributes && echo y > f.txt && touch -d 2001-01-01 f.txt")
+    subprocess.run(["bash", "-c", script], cwd=vendor, env=env, check=True)
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    _sdist(cache / "downloads" / "tinymath-1.0.tar.gz", extra)
+    paths = make_tasks("tinymath==1.0", count=1, out_dir=tmp_path / "tasks", cache_dir=cache, seed=1)
+    assert len(paths) == 1 and sorted(p.name for p in markers.iterdir()) == []
+    start = read_session(paths[0]).start
+    assert "tinymath.py" in start.base_diff and "vendor" not in start.base_diff
+    assert not (cache / "src" / "tinymath-1.0" / "vendor" / ".git").exists()
 
 
 def test_bad_requirements_are_refused(tmp_path):
