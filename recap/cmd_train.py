@@ -136,16 +136,28 @@ def plot(run_dir: Path = typer.Argument(..., help="A training run folder (holdin
 
 @tasks_app.command("make")
 def tasks_make(
-    pypi: str = typer.Option(..., "--pypi", help="NAME==VERSION of a package whose sdist ships its tests."),
-    count: int = typer.Option(10, "--count", help="Tasks to make (one injected bug each)."),
+    pypi: Optional[str] = typer.Option(None, "--pypi", help="NAME==VERSION of a package whose sdist ships its tests (AST-mutated bugs)."),
+    family: Optional[str] = typer.Option(None, "--family", help="A synthetic family, easiest first: delete-file, create-file, replace-line, rename-symbol, fix-syntax."),
+    repo: Path = typer.Option(Path("."), "--repo", help="With --family: the git repository whose HEAD the tasks start from."),
+    count: int = typer.Option(10, "--count", help="Tasks to make."),
     out: Path = typer.Option(Path("tasks"), "--out", help="Where the task sessions go."),
-    cache: Path = typer.Option(Path.home() / ".cache" / "recap" / "tasks", "--cache", help="Downloads and task repositories (keep it: sessions point here)."),
-    seed: int = typer.Option(0, "--seed", help="Order in which mutations are tried."),
+    cache: Path = typer.Option(Path.home() / ".cache" / "recap" / "tasks", "--cache", help="With --pypi: downloads and task repositories (keep it: sessions point here)."),
+    seed: int = typer.Option(0, "--seed", help="Seeds every choice: the same seed and sources give the same tasks."),
 ) -> None:
-    """Download a package's sdist, inject bugs by AST mutation, write one session per failing bug."""
-    from rl.tasks import make_tasks
+    """Write one verifiable task session per bug (--pypi) or per synthetic edit (--family); give exactly one."""
+    from harness.errors import ConfigError
 
-    paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed)
+    with _user_errors():
+        if (pypi is None) == (family is None):
+            raise ConfigError("give exactly one of --pypi NAME==VERSION and --family NAME")
+        if family is not None:
+            from rl.families import make_family_tasks
+
+            paths = make_family_tasks(family, repo=repo, count=count, out_dir=out, seed=seed)
+        else:
+            from rl.tasks import make_tasks
+
+            paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed)  # type: ignore[arg-type]
     typer.echo(f"{len(paths)} task session(s) in {out}")
 
 

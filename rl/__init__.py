@@ -13,6 +13,7 @@ Modules (importing this package imports none of them, nor torch):
                     OpenAI-compatible endpoint), all_reduce_grads
     rl.train        TrainConfig, train, learn                  `recap train`
     rl.evaluate     EvalConfig, evaluate                       `recap eval` (Wilson / bootstrap intervals)
-    rl.tasks        make_tasks, mutations_of                   `recap tasks make` (SWE-smith-style bugs)
+    rl.tasks        make_tasks, mutations_of                   `recap tasks make --pypi` (SWE-smith-style bugs)
+    rl.families     FAMILIES, make_family_tasks                `recap tasks make --family` (synthetic, graded)
     rl.data, rl.checkpoint, rl.metrics                         sessions cursor, checkpoints, metrics/plots
 """
