@@ -12,11 +12,29 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import ConfigError
-from harness.session import SessionStart, read_session
+from harness.session import Session, SessionStart, Verdict, read_session
+
+
+def training_start(session: Session) -> SessionStart:
+    """The start state to train on for one logged session.
+
+    An editor session has no verify command and no reference diff of its own; when the user
+    accepted (or kept) its change and no later verdict took that back, that change becomes the
+    reference diff, so rollouts from its start state are rewarded for reaching what the user
+    accepted (`rl.rewards.diff_similarity`). Otherwise the start event as logged.
+    """
+    start = session.start
+    verdicts = [e.verdict for e in session.of_type(Verdict)]
+    final = session.final
+    if (start.verify is None and start.reference_diff is None and verdicts and verdicts[-1] in ("accepted", "kept")
+            and final is not None and final.diff.strip()):
+        return start.model_copy(update={"reference_diff": final.diff})
+    return start
 
 
 def load_starts(folder: str | Path) -> list[SessionStart]:
-    """The `session_start` event of every `*.jsonl` session below `folder`, sorted by file path.
+    """The start state to train on (`training_start`) of every `*.jsonl` session below `folder`,
+    sorted by file path.
 
     Raises:
         ConfigError: the folder does not exist or holds no session.
@@ -25,7 +43,7 @@ def load_starts(folder: str | Path) -> list[SessionStart]:
     root = Path(folder)
     if not root.is_dir():
         raise ConfigError(f"sessions folder not found: {root}")
-    starts = [read_session(p).start for p in sorted(root.rglob("*.jsonl"))]
+    starts = [training_start(read_session(p)) for p in sorted(root.rglob("*.jsonl"))]
     if not starts:
         raise ConfigError(f"no session files (*.jsonl) in {root}; make some with `recap tasks make` or `recap sessions mine`")
     return starts

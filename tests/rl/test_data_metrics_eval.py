@@ -75,3 +75,28 @@ def test_plot_command_writes_pngs(tmp_path):
     assert (tmp_path / "plots" / "reward.png").is_file()
     result = CliRunner().invoke(app, ["plot", str(tmp_path / "missing")])
     assert result.exit_code != 0 and "no metrics.jsonl" in result.output
+
+
+def test_an_accepted_editor_change_is_the_reference_of_its_training_start(tmp_path):
+    from harness.session import Final, SessionStart, SessionWriter, Verdict
+
+    diff = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-a - b\n+a + b\n"
+
+    def editor_session(name, *verdicts, verify=None):
+        w = SessionWriter(tmp_path / "s" / f"{name}.jsonl")
+        w.emit(SessionStart, schema_version=1, session_id=name, repo="/r", task="fix add", model="m", source="lsp",
+               verify=verify)
+        w.emit(Final, stop_reason="finish", diff=diff, steps=1, summaries=0)
+        for v in verdicts:
+            w.emit(Verdict, verdict=v)
+        w.close()
+
+    editor_session("a-accepted", "accepted")
+    editor_session("b-kept", "accepted", "kept")
+    editor_session("c-reverted", "accepted", "reverted")
+    editor_session("d-rejected", "rejected")
+    editor_session("e-verified", "accepted", verify="pytest -q")  # its verify is the better signal
+    editor_session("f-no-verdict")
+    refs = {s.session_id: s.reference_diff for s in load_starts(tmp_path / "s")}
+    assert refs == {"a-accepted": diff, "b-kept": diff, "c-reverted": None, "d-rejected": None,
+                    "e-verified": None, "f-no-verdict": None}
