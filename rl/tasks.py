@@ -14,6 +14,12 @@ and write one session per bug whose `verify` is exactly those failing tests.
                failing tests, reference_diff = the fix), one file per task
 
 Mutations are edits of the exact source span of one AST node, so the bug's diff is one hunk.
+
+Threat model: the sdist is untrusted code (anyone can publish one). recap unpacks it (tarfile's
+"data" filter: no links out, no devices) and writes the mutations itself, but every run of the
+package's tests happens in a local shadow workspace of the unpacked repository, under the same
+sandbox as the agent's commands (`shadow_backend.local`: no network, no host secrets, limits), never
+on the host.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from typing import Iterator
 from harness.errors import ConfigError
 from harness.session import SCHEMA_VERSION, SessionStart
 from shadow_backend.git_state import NEUTRAL_ATTRIBUTES, NO_DRIVER_FLAGS, hardened_env
+from harness.workspace import Workspace
+from shadow_backend.local import LocalBackend
 from shadow_backend.scoring import with_interpreter_on_path
 
 log = logging.getLogger(__name__)
@@ -222,14 +230,13 @@ def pytest_command(source: Path, tests: list[str] | None = None) -> str:
     return f"{prefix}python3 -m pytest -q -p no:cacheprovider -o addopts= -rfE {selection}".strip()
 
 
-def run_tests(source: Path, *, timeout_s: float, tests: list[str] | None = None) -> tuple[int, str]:
-    """(exit code, output) of the package's tests; exit code -9 on timeout."""
-    try:
-        proc = subprocess.run(["bash", "-c", with_interpreter_on_path(pytest_command(source, tests))], cwd=source,
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+def run_tests(workspace: Workspace, source: Path, *, timeout_s: float, tests: list[str] | None = None) -> tuple[int, str]:
+    """(exit code, output) of the package's tests (or `tests`) run in `workspace`, a shadow copy of
+    `source` (the sandbox applies); exit code -9 on timeout."""
+    result = workspace.run(with_interpreter_on_path(pytest_command(source, tests)), timeout_s=timeout_s)
+    if result.timed_out:
         return -9, "timed out"
-    return proc.returncode, proc.stdout + proc.stderr
+    return result.exit_code, result.stdout + result.stderr
 
 
 def _is_test_file(path: str) -> bool:
@@ -265,7 +272,16 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
     archive = download_sdist(requirement, cache_dir)
     source = unpack(archive, cache_dir / "src" / requirement.replace("==", "-"))
     base_commit = make_repo(source)
-    code, output = run_tests(source, timeout_s=test_timeout_s)
+    with LocalBackend.create(source) as workspace:
+        return _mutate(requirement, source, base_commit, workspace, count=count, out_dir=out_dir, seed=seed,
+                       test_timeout_s=test_timeout_s, max_verify_tests=max_verify_tests)
+
+
+def _mutate(requirement: str, source: Path, base_commit: str, workspace: Workspace, *, count: int, out_dir: Path,
+            seed: int, test_timeout_s: float, max_verify_tests: int) -> list[Path]:
+    """`make_tasks` once the repository is made: each candidate mutation is written to `source`
+    (for its diff) and to `workspace` (where the tests run), then undone in both."""
+    code, output = run_tests(workspace, source, timeout_s=test_timeout_s)
     if code != 0:
         raise ConfigError(f"the tests of {requirement} do not pass before any mutation (exit {code}):\n{output[-1500:]}")
     modules = [p for p in sorted(source.rglob("*.py")) if ".git" not in p.parts
@@ -296,14 +312,16 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
         except SyntaxError:
             continue
         target.write_text(mutated, encoding="utf-8")
+        workspace.write_bytes(mutation.path, mutated.encode("utf-8"))
         try:
-            code, output = run_tests(source, timeout_s=test_timeout_s)
+            code, output = run_tests(workspace, source, timeout_s=test_timeout_s)
             failing = sorted(set(_FAILED.findall(output)))
             diff = ["diff", "--binary", *NO_DRIVER_FLAGS]
             bug = _git(source, *diff) if code != 0 and failing else ""
             fix = _git(source, *diff, "-R", "--src-prefix=a/", "--dst-prefix=b/") if bug else ""  # the reverse: the known-good fix
         finally:
             target.write_text(original, encoding="utf-8")
+            workspace.write_bytes(mutation.path, original.encode("utf-8"))
         if not bug:
             continue
         verify = pytest_command(source, failing[:max_verify_tests])
