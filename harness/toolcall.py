@@ -40,7 +40,7 @@ def parse_tool_calls(text: str, *, turn: int) -> tuple[str, list[ToolCall], list
         try:
             data = json.loads(body)
         except ValueError as exc:
-            errors.append(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}")
+            errors.append(f"tool call is not valid JSON ({exc}): {body[:200]!r}")
             continue
         if not isinstance(data, dict) or not isinstance(data.get("name"), str):
             errors.append(f'tool call must be an object with a string "name": {body[:200]!r}')
