@@ -274,7 +274,8 @@ class Agent:
             logger.warning("project rules cut from %d to %d characters to fit %d tokens", len(block), len(shown), cap)
         self._emit(
             ProjectRules, text=shown, files=[f.path for f in found.pinned], listed=[f.path for f in found.listed],
-            skipped=list(found.skipped), chars=len(block), truncated=shown != block,
+            skipped=list(found.skipped), chars=len(block) + sum(f.chars - len(f.text) for f in found.pinned),
+            truncated=shown != block or any(f.chars > len(f.text) for f in found.pinned),
             tokens=self.context.text_tokens(shown) if shown else 0,
         )
 

@@ -92,7 +92,7 @@ class ProjectRules(_Event):
     skipped: list[str] = Field(default_factory=list)
     """"path: reason" for files that were found but not loaded (refused, binary, duplicate)."""
     chars: int = 0
-    """Characters of the block before any cut."""
+    """Characters of the block had nothing been cut."""
     truncated: bool = False
     tokens: int = 0
     """Tokens the pinned block takes in the policy's tokenizer."""
