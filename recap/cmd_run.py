@@ -71,6 +71,7 @@ def run(
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
     from shadow_backend import open_backend
+    from shadow_backend.links import drop_outside_links
     from shadow_backend.scoring import score_workspace
 
     console = Console(stderr=True, highlight=False)
@@ -134,8 +135,13 @@ def run(
         counts = "" if score.get("tests_passed") is None else f" ({score['tests_passed']} passed, {score['tests_failed']} failed)"
         verdict = "[green]passed[/green]" if score["verify_passed"] else "[red]failed[/red]"
         console.print(f"verify {verdict}{counts}: {escape(verify or '')}")
-    if result.diff:
-        sys.stdout.write(result.diff if result.diff.endswith("\n") else result.diff + "\n")
+    # symlinks the agent made that lead outside the repository are never printed as part of the
+    # change nor applied (shadow_backend.links); the session keeps the full diff
+    proposed, outside = drop_outside_links(result.diff)
+    for link in outside:
+        console.print(f"[yellow]left out:[/yellow] {escape(str(link))}", soft_wrap=True)
+    if proposed:
+        sys.stdout.write(proposed if proposed.endswith("\n") else proposed + "\n")
     else:
         console.print("[yellow]no change proposed[/yellow]")
     console.print(f"session: {escape(str(path))}")
@@ -144,10 +150,10 @@ def run(
         raise typer.Exit(130)
     if result.stop_reason == "error":
         raise typer.Exit(1)
-    if apply and result.diff:
+    if apply and proposed:
         # the diff is relative to the repository's top level, which --repo may be below
         top = workspace.origin.repo
-        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=top, input=result.diff.encode(), capture_output=True)
+        done = subprocess.run(["git", "apply", "--binary", "-"], cwd=top, input=proposed.encode(), capture_output=True)
         if done.returncode != 0:
             raise fail(f"could not apply the diff to {top}: {done.stderr.decode(errors='replace').strip()}", 1)
         console.print(f"[green]applied to {escape(top)}[/green]")
