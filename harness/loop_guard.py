@@ -7,7 +7,8 @@ results again) or the workspace is back where it was at the same point of each r
 `write_file app.py "x = 1"` then `edit_file app.py "x = 1" -> "x = 2"`, again and again). The
 first time a cycle is seen the agent shows the policy a warning; when the cycle is still there a
 full period later, the run stops. A step outside any cycle clears the warning. So a cycle of
-period p stops at most `p * (rounds + 1)` steps after it began.
+period p stops at most `p * (rounds + 1)` steps after it began, or one round later when its
+first round started from another workspace state (the first `write_file` of the cycle above).
 """
 
 from __future__ import annotations
