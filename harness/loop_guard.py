@@ -8,7 +8,9 @@ results again) or the workspace is back where it was at the same point of each r
 first time a cycle is seen the agent shows the policy a warning; when the cycle is still there a
 full period later, the run stops. A step outside any cycle clears the warning. So a cycle of
 period p stops at most `p * (rounds + 1)` steps after it began, or one round later when its
-first round started from another workspace state (the first `write_file` of the cycle above).
+first round started from another workspace state (the first `write_file` of the cycle above);
+when the context changes under a cycle (the hard limit starts refusing its calls), the count
+starts again from that change.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ empty or only tool-call markup), random cycles of calls.
 - every observation since the last summary is in every prompt, in part at least, until a
   summary replaces it (while summaries are left);
 - the project rules are in every prompt;
-- every cycle is stopped by the loop guard within `period * (rounds + 2)` steps of its start.
+- every cycle is stopped by the loop guard within `period * SPAN` steps of its start.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ from test_agent_support import TOOLS, call
 WINDOW = 3000
 ROUNDS = 3
 RULE = "RULE-MARKER: never touch vendored code."
+SPAN = 2 * (ROUNDS + 2)
+"""Rounds within which a cycle must be stopped: `rounds + 1` to warn and stop, one more when its
+first round starts from another workspace state, and all that once again when the context
+changes under the cycle (the hard limit starts refusing its calls: new outputs, a still workspace)."""
 
 
 class TwoScripts:
@@ -67,7 +71,7 @@ def episodes(draw):
         period = draw(st.integers(1, 4))
         block = [call("write_file", path="f.txt", content=f"{k}\n") if draw(st.booleans()) else _emit(draw(sizes), 100 + k)
                  for k in range(period)]
-        cycle = block * (ROUNDS + 3)
+        cycle = block * SPAN
     summaries = draw(st.lists(st.sampled_from(["", "  \n", '<tool_call>\n{"name": "emit", "arguments": {"size": 1}}\n</tool_call>',
                                                "Goal: emit words. State: going on.", "S " * 400]), min_size=1, max_size=4))
     return prefix, cycle, summaries
@@ -126,6 +130,6 @@ def test_context_guarantees_over_random_episodes(ws, episode, summarize_at, keep
         assert s.text.strip() and (s.fallback is None) == (s.rejected < 2)
 
     if cycle:
-        period = len(cycle) // (ROUNDS + 3)
+        period = len(cycle) // SPAN
         assert result.stop_reason == "loop_guard"
-        assert result.steps <= len(prefix) + period * (ROUNDS + 2)  # a first round may start from another state
+        assert result.steps <= len(prefix) + period * SPAN
