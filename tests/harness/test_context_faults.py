@@ -22,7 +22,7 @@ from harness.policies.scripted import ScriptedPolicy, tokenize
 from harness.prompts import SUMMARY_RETRY
 from harness.render import render_session
 from harness.rules import MAX_RULES_CHARS
-from harness.session import Observation, PolicyTurn, ProjectRules, Summary, SessionWriter, read_session
+from harness.session import Observation, ProjectRules, SessionWriter, Summary, read_session
 from harness.tools import default_registry
 from harness.truncate import MIN_TOKENS, truncate_tokens
 from test_agent_support import TOOLS, call
@@ -246,7 +246,7 @@ SUMMARY_CONFIG = RecapConfig(agent=AgentConfig(max_new_tokens=64, summary_max_ne
 @pytest.mark.parametrize("bad", ["", "   \n", '<tool_call>\n{"name": "emit", "arguments": {"size": 1}}\n</tool_call>', "<think>hmm</think>"])
 def test_usable_summary_rejects_empty_and_markup_only(bad):
     assert usable_summary(bad) is None
-    assert usable_summary("Goal: fix x. " + bad) == ("Goal: fix x. " + bad).strip() or "Goal" in usable_summary("Goal: fix x. " + bad)
+    assert usable_summary("Goal: fix x. " + bad).startswith("Goal: fix x.")
 
 
 def test_an_empty_summary_is_retried_once_with_the_plain_request(local):
