@@ -1,7 +1,10 @@
 """Summary fact recall: what survives in the context after the first context-management step.
 
 A set of long episodes (built here from templates, deterministic) with annotated key facts: the
-file paths edited, exact error strings, and constraints the user gave mid-episode. Each episode
+file paths edited, exact error strings, constraints the user gave mid-episode, a rule from the
+repository's AGENTS.md (pinned as a `ProjectRules` event, as the agent does), and the last line of
+a command output far bigger than the window (cut to the observation's token budget as the agent
+cuts it: head and tail kept). Each episode
 is cut where the next prompt would first pass `summarize_at`; then the context is rebuilt three
 ways from the same events (`harness.context.ContextManager`):
 
@@ -31,16 +34,31 @@ from typing import Any
 from harness.config import ContextConfig
 from harness.context import ContextManager, prune_tool
 from harness.prompts import SYSTEM_PROMPT
-from harness.session import SCHEMA_VERSION, Observation, PolicyTurn, SessionStart, SessionWriter, Summary, ToolCallRecord, UserMessage
+from harness.prompts import observation_header
+from harness.session import (
+    SCHEMA_VERSION,
+    Observation,
+    PolicyTurn,
+    ProjectRules,
+    SessionStart,
+    SessionWriter,
+    Summary,
+    ToolCallRecord,
+    UserMessage,
+)
 from harness.toolcall import render_tool_call
 from harness.tools import default_registry
 from harness.tools.base import ToolResult
+from harness.truncate import truncate_tokens
 
 
 @dataclass(frozen=True)
 class Fact:
-    kind: str  # "path" | "error" | "constraint"
+    kind: str  # one of KINDS
     text: str
+
+
+KINDS = ("path", "error", "constraint", "rule", "tail")
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,8 @@ class Scenario:
     edits: tuple[str, ...]
     error: str
     constraint: str
+    rule: str = "Run `make lint` before you call finish."
+    tail: str = "LAST-LINE-ERROR: build step 'package' failed with exit code 3"
 
 
 SCENARIOS = (
@@ -69,12 +89,15 @@ def filler(rng: random.Random, lines: int, path: str) -> str:
                      for i in range(lines))
 
 
-def build_episode(scenario: Scenario, *, seed: int, filler_lines: int, reads: int) -> tuple[list[Any], list[Fact]]:
-    """Events of one long episode (facts early, long reads later) and its annotated facts."""
+def build_episode(scenario: Scenario, *, seed: int, filler_lines: int, reads: int, manager: ContextManager) -> tuple[list[Any], list[Fact]]:
+    """Events of one long episode (facts early, long reads later) and its annotated facts; each
+    observation is cut to the token budget `manager` gives it, as the agent does."""
     rng = random.Random(seed)
     log = SessionWriter(None)
     log.emit(SessionStart, schema_version=SCHEMA_VERSION, session_id=f"recall-{seed}", repo="/bench", task=scenario.task,
              model="bench", system_prompt=SYSTEM_PROMPT)
+    log.emit(ProjectRules, text=f"Project rules from the repository (AGENTS.md); follow them:\n\n## AGENTS.md\n{scenario.rule}",
+             files=["AGENTS.md"])
     turn, obs = 0, 0
 
     def step(name: str, args: dict[str, Any], output: str) -> None:
@@ -82,18 +105,22 @@ def build_episode(scenario: Scenario, *, seed: int, filler_lines: int, reads: in
         call = ToolCallRecord(id=f"call_{turn}_0", name=name, arguments=json.dumps(args))
         log.emit(PolicyTurn, turn=turn, text=render_tool_call(name, args), tool_calls=[call])
         obs += 1
+        budget = manager.observation_budget(log.events, header=observation_header(obs, name, call.arguments))
+        output = truncate_tokens(output, max_tokens=budget, count=manager.text_tokens)
         log.emit(Observation, turn=turn, obs_id=obs, call_id=call.id, name=name, arguments=call.arguments, output=output)
         turn += 1
 
     step("run_command", {"command": "python -m pytest -q"}, f"exit code 1 in 2.1s\nF.\n____ test_main ____\n    {scenario.error}\n1 failed, 1 passed")
     log.emit(UserMessage, content=f"One more thing: {scenario.constraint}.")
+    step("run_command", {"command": "make package"}, "exit code 3 in 9.0s\n--- stdout ---\n" + "#" * 7000 + "\n" + scenario.tail)
     for path in scenario.edits:
         step("read_file", {"path": path}, filler(rng, filler_lines, path))
         step("edit_file", {"path": path, "old_string": "return None", "new_string": "return default"}, f"edited {path}: 1 replacement")
     for _ in range(reads):
         other = f"lib/module_{rng.randint(100, 999)}.py"
         step("read_file", {"path": other}, filler(rng, filler_lines, other))
-    facts = [Fact("path", p) for p in scenario.edits] + [Fact("error", scenario.error), Fact("constraint", scenario.constraint)]
+    facts = [Fact("path", p) for p in scenario.edits] + [Fact("error", scenario.error), Fact("constraint", scenario.constraint),
+                                                         Fact("rule", scenario.rule), Fact("tail", scenario.tail)]
     return log.events, facts
 
 
@@ -131,8 +158,8 @@ def main() -> None:
     hits: dict[str, dict[str, list[bool]]] = {m: {} for m in methods}
     print(f"model={policy.spec} window={args.window} summarize_at={args.summarize_at} episodes={args.episodes}")
     for index, scenario in enumerate(SCENARIOS[: args.episodes]):
-        events, facts = build_episode(scenario, seed=index, filler_lines=args.filler_lines, reads=args.reads)
         summ = methods["self-summary"]
+        events, facts = build_episode(scenario, seed=index, filler_lines=args.filler_lines, reads=args.reads, manager=summ)
         cut = next((n for n in range(2, len(events) + 1) if summ.wants_summary(events[:n])), None)
         if cut is None:
             print(f"episode {index}: never passes summarize_at; lower --summarize-at or raise --filler-lines")
@@ -155,12 +182,14 @@ def main() -> None:
             line.append(f"{name} {sum(f.text in text for f in facts)}/{len(facts)} ({view.tokens} tok)")
         print(f"episode {index}: cut at event {cut} ({summ.tokens(prefix)} tok), summary {time.perf_counter() - started:.1f}s: " + "; ".join(line))
         print(f"  summary 1 begins: {done.text[:160]!r}")
-    print(f"\n{'method':<14} {'all':>6} " + " ".join(f"{k:>11}" for k in ("path", "error", "constraint")))
+        tail_seen = any(f.kind == "tail" and f.text in context_text(prompt.messages) for f in facts)
+        print(f"  the big output's last line was in the summary prompt: {tail_seen}")
+    print(f"\n{'method':<14} {'all':>6} " + " ".join(f"{k:>11}" for k in KINDS))
     for name, kinds in hits.items():
         flat = [h for v in kinds.values() for h in v]
         if not flat:
             continue
-        row = " ".join(f"{sum(kinds.get(k, [])) / max(1, len(kinds.get(k, []))):>11.2f}" for k in ("path", "error", "constraint"))
+        row = " ".join(f"{sum(kinds.get(k, [])) / max(1, len(kinds.get(k, []))):>11.2f}" for k in KINDS)
         print(f"{name:<14} {sum(flat) / len(flat):>6.2f} {row}")
 
 

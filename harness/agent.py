@@ -1,5 +1,11 @@
 """The agent loop: build the context, ask the policy, run the tool calls, append events, check stops.
 
+At the start the repository's rules files (`harness.rules`) are pinned as a `ProjectRules` event.
+Each observation is cut to the token room the context has (`ContextManager.observation_budget`).
+A summary reply with no usable text is asked for once more with the plain request, then replaced
+by the harness's own masked summary (`Summary.fallback`). A short cycle of calls that gets the same
+results or leaves the workspace as it was gets a warning, then stops the run (`harness.loop_guard`).
+
 Every step is an event in the session log (`harness.session`), and the context is rebuilt from the
 events each turn (`harness.context`), so the log alone replays the episode. Nothing the policy
 writes can crash the run: malformed JSON, unknown tools, wrong argument types, a reply without a
@@ -9,8 +15,10 @@ exception ends the run with stop reason "error"; there is always a `Final` event
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -19,12 +27,15 @@ from typing import Any, Callable
 from harness.config import RecapConfig
 from harness.context import ContextManager, ContextView, prune_tool
 from harness.errors import ToolError
-from harness.prompts import NO_CALL, NOT_OFFERED, SYSTEM_PROMPT
+from harness.loop_guard import Cycle, LoopGuard, Step
+from harness.prompts import LOOP_STOP, LOOP_WARNING, NO_CALL, NOT_OFFERED, SYSTEM_PROMPT, observation_header
+from harness.rules import find_rules
 from harness.session import (
     SCHEMA_VERSION,
     Final,
     Observation,
     PolicyTurn,
+    ProjectRules,
     Prune,
     SessionStart,
     SessionWriter,
@@ -33,11 +44,29 @@ from harness.session import (
     ToolCallRecord,
     new_session_id,
 )
+from harness.toolcall import parse_tool_calls
 from harness.tools.base import ToolRegistry, ToolResult
+from harness.truncate import MIN_TOKENS, truncate_tokens
 from harness.types import Policy
 from harness.workspace import Workspace, WorkspaceOrigin
 
 logger = logging.getLogger(__name__)
+
+READ_ONLY_TOOLS = frozenset({"read_file", "list_dir", "glob", "grep", "outline", "prune", "finish"})
+"""Tools that never change the workspace: the loop guard reuses the last workspace digest after them."""
+
+RULES_SHARE = 4
+"""The pinned project rules take at most 1/RULES_SHARE of `summarize_at`."""
+
+_LEFTOVER_MARKUP = re.compile(r"</?tool_call>|<function=[^>]*>.*?(?:</function>|\Z)|<think>.*?(?:</think>|\Z)", re.DOTALL)
+
+
+def usable_summary(text: str) -> str | None:
+    """The summary text without tool-call markup, or None when nothing usable is left (empty,
+    whitespace or punctuation, only tool calls or thinking)."""
+    content, _, _ = parse_tool_calls(text, turn=0)
+    content = _LEFTOVER_MARKUP.sub("", content).strip()
+    return content if re.search(r"\w", content) else None
 
 
 @dataclass(frozen=True)
@@ -121,7 +150,8 @@ class Agent:
         self._turn = 0
         self._steps = 0
         self._obs = 0
-        self._streak: tuple[tuple[Any, ...] | None, int] = (None, 0)
+        self._guard = LoopGuard(rounds=self.config.agent.loop_guard_repeats)
+        self._state = hashlib.sha256(b"").hexdigest()
 
     @property
     def events(self) -> list[Any]:
@@ -159,6 +189,7 @@ class Agent:
             reference_diff=reference_diff, meta=meta or {},
         )
         try:
+            self._pin_rules()
             stop, message = self._loop()
         except KeyboardInterrupt:
             stop, message = "cancelled", "interrupted"
@@ -188,11 +219,15 @@ class Agent:
                 return "context_exhausted", f"the smallest context does not fit {self.context.limit_tokens} tokens"
             turn = self._ask(view, kind="action")
             self._steps += 1
+            first_obs = self._obs + 1
             finished = self._execute(turn, view.offered)
             if finished is not None:
                 return "finish", finished
-            if self._repeats(turn) >= cfg.loop_guard_repeats:
-                return "loop_guard", f"the same call came {cfg.loop_guard_repeats} times in a row"
+            cycle = self._guard.step(self._guard_step(turn, first_obs))
+            if cycle is not None and cycle.action == "stop":
+                return "loop_guard", self._loop_text(LOOP_STOP, cycle)
+            if cycle is not None:
+                self._observe(turn, f"loop_{turn.turn}", "loop_guard", "", ToolResult(self._loop_text(LOOP_WARNING, cycle)))
         return "max_steps", None
 
     # -- the parts of a step ---------------------------------------------------------------------
@@ -224,45 +259,98 @@ class Agent:
         self._turn += 1
         return turn
 
+    def _pin_rules(self) -> None:
+        """Load the rules files and record them as a `ProjectRules` event (nothing when none)."""
+        found = find_rules(self.workspace)
+        block = found.block()
+        if not block and not found.skipped:
+            return
+        cap = max(MIN_TOKENS * 2, self.context.summarize_at_tokens // RULES_SHARE)
+        shown = block
+        if block and self.context.text_tokens(block) > cap:
+            note = (f"\n[project rules cut to fit {cap} tokens of the context; read "
+                    f"{', '.join(f.path for f in found.pinned)} with read_file for the rest]")
+            shown = truncate_tokens(block, max_tokens=cap - self.context.text_tokens(note), count=self.context.text_tokens, keep="head") + note
+            logger.warning("project rules cut from %d to %d characters to fit %d tokens", len(block), len(shown), cap)
+        self._emit(
+            ProjectRules, text=shown, files=[f.path for f in found.pinned], listed=[f.path for f in found.listed],
+            skipped=list(found.skipped), chars=len(block) + sum(f.chars - len(f.text) for f in found.pinned),
+            truncated=shown != block or any(f.chars > len(f.text) for f in found.pinned),
+            tokens=self.context.text_tokens(shown) if shown else 0,
+        )
+
     def _summarize(self) -> bool:
-        """A summary turn: the policy's completion becomes a `Summary` event. False when its prompt can't fit."""
+        """A summary turn: the policy's completion becomes a `Summary` event. False when its prompt can't fit.
+
+        A reply with no usable text (`usable_summary`) is never accepted: the policy is asked once
+        more with the plain retry request and no tools; if that is unusable too, the harness writes
+        the summary itself (`ContextManager.fallback_summary`, recorded as `fallback="mask"`)."""
         view = self.context.summary_prompt(self.events)
         if view is None:
             return False
         turn = self._ask(view, kind="summary")
-        self._emit(Summary, **self.context.summary_fields(self.events, turn.text, finish_reason=turn.finish_reason))
+        text, rejected, fallback = usable_summary(turn.text), 0, None
+        if text is None:
+            rejected = 1
+            retry = self.context.summary_prompt(self.events, retry=True)
+            if retry is not None:
+                turn = self._ask(retry, kind="summary")
+                text = usable_summary(turn.text)
+                rejected += text is None
+        if text is None:
+            logger.warning("no usable summary after %d replies; the harness masks the history instead", rejected)
+            text, fallback = self.context.fallback_summary(self.events), "mask"
+        finish_reason = turn.finish_reason if fallback is None else "stop"
+        fields = self.context.summary_fields(self.events, text, finish_reason=finish_reason)
+        self._emit(Summary, **fields, rejected=rejected, fallback=fallback)
         return True
 
     def _execute(self, turn: PolicyTurn, offered: tuple[str, ...]) -> str | None:
         """Run the turn's calls in order, one observation each; the finish message when it finished."""
+        pending = len(turn.parse_errors) + len(turn.tool_calls) or 1
         for i, problem in enumerate(turn.parse_errors):
-            self._observe(turn, f"parse_{turn.turn}_{i}", "(malformed)", "", ToolResult(problem, is_error=True, error_kind="malformed"))
+            self._observe(turn, f"parse_{turn.turn}_{i}", "(malformed)", "", ToolResult(problem, is_error=True, error_kind="malformed"),
+                          pending=pending - i)
         if not turn.tool_calls and not turn.parse_errors:
             self._observe(turn, f"none_{turn.turn}", "(no call)", "", ToolResult(NO_CALL, is_error=True, error_kind="no_call"))
-        for call in turn.tool_calls:
+        for i, call in enumerate(turn.tool_calls):
             started = time.perf_counter()
             if call.name in self.tools and call.name not in offered:
                 message = NOT_OFFERED.format(name=call.name, offered=", ".join(offered))
                 result = ToolResult(message, is_error=True, error_kind="not_offered")
             else:
                 result = self.tools.call(call.name, call.arguments, self.workspace)
-            self._observe(turn, call.id, call.name, call.arguments, result, duration_s=time.perf_counter() - started)
+            self._observe(turn, call.id, call.name, call.arguments, result, duration_s=time.perf_counter() - started,
+                          pending=len(turn.tool_calls) - i)
             if result.finished and not result.is_error:
                 return result.output
         return None
 
-    def _observe(self, turn: PolicyTurn, call_id: str, name: str, arguments: str, result: ToolResult, *, duration_s: float = 0.0) -> None:
+    def _observe(self, turn: PolicyTurn, call_id: str, name: str, arguments: str, result: ToolResult, *,
+                 duration_s: float = 0.0, pending: int = 1) -> None:
+        """Record one observation, its output cut to the token room the context has for it."""
         self._obs += 1
+        header = observation_header(self._obs, name, arguments)
+        budget = self.context.observation_budget(self.events, header=header, pending=pending)
+        output = truncate_tokens(result.output, max_tokens=budget, count=self.context.text_tokens)
         self._emit(
             Observation, turn=turn.turn, obs_id=self._obs, call_id=call_id, name=name, arguments=arguments,
-            output=result.output, is_error=result.is_error, error_kind=result.error_kind, duration_s=duration_s,
+            output=output, is_error=result.is_error, error_kind=result.error_kind, duration_s=duration_s,
         )
 
-    def _repeats(self, turn: PolicyTurn) -> int:
-        signature = _signature(turn)
-        previous, count = self._streak
-        self._streak = (signature, count + 1 if signature == previous else 1)
-        return self._streak[1]
+    def _guard_step(self, turn: PolicyTurn, first_obs: int) -> Step:
+        """The turn as the loop guard sees it; the workspace digest is taken again only after a
+        call that may change the workspace."""
+        if any(c.name not in READ_ONLY_TOOLS for c in turn.tool_calls):
+            self._state = hashlib.sha256(self._diff().encode("utf-8", "replace")).hexdigest()
+        outputs = tuple(e.output for e in self.events if isinstance(e, Observation) and e.obs_id >= first_obs)
+        return Step(_signature(turn), outputs, self._state)
+
+    def _loop_text(self, template: str, cycle: Cycle) -> str:
+        what = "call" if cycle.period == 1 else f"cycle of {cycle.period} calls"
+        how = " and leave the workspace as it was" if cycle.reason == "same_state" else " with the same results"
+        rounds = self.config.agent.loop_guard_repeats
+        return template.format(steps=cycle.period * rounds, what=what, rounds=rounds, calls=cycle.calls(), how=how)
 
     def _prune(self, ids: list[int]) -> ToolResult:
         """The body of the `prune` tool: records a `Prune` event for the ids that are visible now."""

@@ -6,7 +6,7 @@ give one validated `RecapConfig`; each component receives only its own section, 
 
     [agent]
     max_steps = 50
-    loop_guard_repeats = 3
+    loop_guard_repeats = 3    # rounds of a repeating cycle of calls before a warning; one more stops
 
     [context]
     strategy = "summary"
@@ -58,8 +58,9 @@ class AgentConfig:
 
     Attributes:
         max_steps: action turns before the episode stops with `max_steps` (summary turns don't count).
-        loop_guard_repeats: stop with `loop_guard` when the same call(s) with the same arguments come
-            this many action turns in a row.
+        loop_guard_repeats: rounds of a short cycle of calls (the same call, or up to 4 calls in
+            turn) with the same results or the workspace put back, before the policy is warned; if
+            the cycle goes on a round more, the run stops with `loop_guard` (`harness.loop_guard`).
         max_new_tokens: completion budget of an action turn (tokens).
         summary_max_new_tokens: completion budget of a self-summary turn (tokens).
         command_timeout_s: default timeout of `run_command` when the model gives none (seconds, at

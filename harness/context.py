@@ -1,7 +1,13 @@
 """The context manager: the next prompt as a pure function of the session events so far.
 
-    system prompt, the task, [the latest self-summary], the turns since (assistant message, then
-    one message per observation, each headed `[obs N] name {args}`)
+    system prompt + the pinned project rules, the task, [the latest self-summary], the turns since
+    (assistant message, then one message per observation, each headed `[obs N] name {args}`)
+
+Pinned, never replaced: the system prompt, the project rules (`harness.rules`, a `ProjectRules`
+event) and the task. Cut, never dropped whole: each observation is cut to a token budget when it
+is made (`observation_budget`, `harness.truncate.truncate_tokens`, head and tail kept), so that
+the prompt after it, and the summary prompt after that, still fit the window with the
+observation in them.
 
 What replaces what is recorded in the log, never done in place: a `Summary` event hides every
 event up to its `replaces_through_seq` (it folds in the summaries before it); a `Prune` event turns
@@ -30,8 +36,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.config import ContextConfig, resolve_tokens
 from harness.errors import ConfigError
-from harness.prompts import masked_stub, observation_header, pruned_stub, summary_message, summary_request
-from harness.session import Observation, PolicyTurn, Prune, Summary, UserMessage
+from harness.prompts import (
+    FALLBACK_SUMMARY,
+    masked_stub,
+    observation_header,
+    pruned_stub,
+    summary_message,
+    summary_request,
+    summary_retry,
+)
+from harness.session import Observation, PolicyTurn, ProjectRules, Prune, Summary, UserMessage
+from harness.truncate import MIN_TOKENS
 from harness.tools.base import Tool, ToolResult
 from harness.types import Message, Policy, ToolCall, assistant_message, tool_message
 
@@ -83,6 +98,7 @@ class _State:
     """The events, sorted out: what the current view is made of."""
 
     system: str
+    rules: str
     task: str
     summary: Summary | None
     summaries: int
@@ -99,7 +115,10 @@ def _parse(events: Sequence[Any]) -> _State:
     turns: list[list[Any]] = []
     pruned: set[int] = set()
     actions = 0
+    rules = ""
     for e in events[1:]:
+        if isinstance(e, ProjectRules):
+            rules = e.text
         if isinstance(e, Prune):
             pruned.update(e.obs_ids)
         if isinstance(e, PolicyTurn) and e.kind == "action" and (summary is None or e.seq > summary.seq):
@@ -114,6 +133,7 @@ def _parse(events: Sequence[Any]) -> _State:
             turns[-1].append(e)
     return _State(
         system=start.system_prompt,
+        rules=rules,
         task=start.task,
         summary=summary,
         summaries=len(summaries),
@@ -176,12 +196,14 @@ class ContextManager:
         self.normal = tuple(s for s in tool_specs if s["function"]["name"] != "prune")
         self.restricted = tuple(s for s in tool_specs if s["function"]["name"] in RESTRICTED_TOOLS)
         self._counts: dict[str, int] = {}
+        self._empty: int | None = None
 
     # -- rendering and counting ------------------------------------------------------------------
 
     def _messages(self, st: _State, *, drop: int = 0, masked: int = 0, summary: Summary | None = None) -> list[Message]:
         summary = summary or st.summary
-        msgs: list[Message] = [{"role": "system", "content": st.system}, {"role": "user", "content": st.task}]
+        system = f"{st.system}\n\n{st.rules}" if st.rules else st.system
+        msgs: list[Message] = [{"role": "system", "content": system}, {"role": "user", "content": st.task}]
         if summary is not None:
             msgs.append({"role": "user", "content": summary_message(summary.index, summary.text)})
         for i in range(drop, len(st.turns)):
@@ -215,6 +237,50 @@ class ContextManager:
                 lo = mid + 1
         msgs, tokens = measure(lo)
         return lo, msgs, tokens
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens `text` adds as the content of one message, in the policy's own count."""
+        if self._empty is None:
+            self._empty = self.policy.count_tokens([{"role": "user", "content": ""}], None)
+        return self.policy.count_tokens([{"role": "user", "content": text}], None) - self._empty
+
+    def observation_budget(self, events: Sequence[Any], *, header: str, pending: int = 1) -> int:
+        """Tokens the next observation's output may take (at least `truncate.MIN_TOKENS`).
+
+        `events` end with the action turn (and any observations of it so far); `pending` is the
+        number of its calls still to observe, this one included, which share the room. The room
+        is what keeps both the next action prompt (current view, all tools) and the summary
+        prompt (current view plus the summary request) within `limit_tokens` with the
+        observation in them (for strategies other than "summary", and once summaries are used
+        up, the current view stands for the history); and one observation takes at most half of
+        `summarize_at`, so that it can stay verbatim after a summary.
+        """
+        st = _parse(events)
+        msgs = self._messages(st)
+        if self.config.strategy != "summary" or st.summaries >= self.config.max_summaries:
+            view = self.view(events)  # no summary will come: what the next prompt keeps is the view
+            msgs = list(view.messages) if view is not None else msgs
+        msgs = msgs + [{"role": "user", "content": header + "\n"}]
+        request = [{"role": "user", "content": summary_request(st.summaries + 1)}]
+        used = max(self._count(msgs, self.normal), self._count(msgs + request, ()))
+        room = (self.limit_tokens - used - 8) // max(pending, 1)
+        return max(MIN_TOKENS, min(room, self.summarize_at_tokens // 2))
+
+    def fallback_summary(self, events: Sequence[Any]) -> str:
+        """The harness's own summary when the policy wrote none it could use (observation
+        masking): the earlier summary, then each call since with the first line of its result."""
+        st = _parse(events)
+        earlier = f"Earlier summary:\n{st.summary.text}\n" if st.summary is not None else ""
+        lines = []
+        for turn in st.turns:
+            for e in turn:
+                if isinstance(e, Observation):
+                    first = e.output.strip().split("\n", 1)[0][:160]
+                    more = f" ({len(e.output):,} chars)" if len(e.output) > len(first) else ""
+                    lines.append(f"{observation_header(e.obs_id, e.name, e.arguments)} -> {first}{more}")
+                elif isinstance(e, UserMessage):
+                    lines.append(f"user: {e.content[:160]}")
+        return FALLBACK_SUMMARY.format(earlier=earlier, calls="\n".join(lines) or "(none)")
 
     def tokens(self, events: Sequence[Any]) -> int:
         """Length of the unmanaged prompt (every turn since the last summary, all normal tools)."""
@@ -283,11 +349,13 @@ class ContextManager:
         room = (self.summarize_at_tokens - base) // 2
         return base + room, room
 
-    def summary_prompt(self, events: Sequence[Any]) -> ContextView | None:
+    def summary_prompt(self, events: Sequence[Any], *, retry: bool = False) -> ContextView | None:
         """The prompt of a summary turn (the current view plus the summary request, no tools),
-        oldest turns dropped until it fits; None when it cannot fit."""
+        oldest turns dropped until it fits; None when it cannot fit. `retry` asks with the plain
+        retry request (`prompts.SUMMARY_RETRY`) after an unusable reply."""
         st = _parse(events)
-        request = [{"role": "user", "content": summary_request(st.summaries + 1)}]
+        ask = summary_retry if retry else summary_request
+        request = [{"role": "user", "content": ask(st.summaries + 1)}]
         fitted = self._fit(st, self.limit_tokens, masked=0, specs=(), extra=request)
         if fitted is None:
             return None

@@ -24,6 +24,23 @@ above, so write what an engineer continuing this task needs, and nothing else:
 5. Next step: the very next action to take.
 Answer in plain text, without tool calls."""
 
+SUMMARY_RETRY = """\
+Your reply held no summary text. Write summary {index} now as plain text (no tool calls; no tools
+are offered): the goal, the files read or changed, what was tried and failed, the state, the next
+step."""
+
+FALLBACK_SUMMARY = """\
+(No usable summary was written; the harness kept the calls made, with their outputs masked.)
+{earlier}Calls so far, each with the first line of its result:
+{calls}"""
+
+LOOP_WARNING = """\
+Loop guard: your last {steps} turns repeat the same {what} {rounds} times ({calls}){how}. \
+This is not making progress. Do something different (read the error, try another approach) or call \
+`finish`; if the cycle goes on, the run stops."""
+
+LOOP_STOP = "stopped by the loop guard: the same {what} kept repeating{how} after a warning: {calls}"
+
 SUMMARY_HEADER = "Summary {index} of the work so far{chain}:"
 SUMMARY_CHAIN = " (it folds in {earlier} earlier summar{plural})"
 
@@ -31,6 +48,11 @@ SUMMARY_CHAIN = " (it folds in {earlier} earlier summar{plural})"
 def summary_request(index: int) -> str:
     """The user message that asks the policy for summary number `index` (1-based)."""
     return SUMMARY_REQUEST.format(index=index)
+
+
+def summary_retry(index: int) -> str:
+    """The plain request of the second (and last) attempt at summary `index`."""
+    return SUMMARY_RETRY.format(index=index)
 
 
 def summary_message(index: int, text: str) -> str:

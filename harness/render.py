@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.session import Final, Observation, PolicyTurn, Prune, Score, Session, SessionStart, Summary, UserMessage, Verdict
+from harness.session import (
+    Final,
+    Observation,
+    PolicyTurn,
+    ProjectRules,
+    Prune,
+    Score,
+    Session,
+    SessionStart,
+    Summary,
+    UserMessage,
+    Verdict,
+)
 
 OUTPUT_LINES = 12
 
@@ -50,6 +62,11 @@ def _renderable(event: Any, *, output_lines: int | None) -> Any:
             ("context: ", "bold"), clean(ctx_text) or "(defaults)",
         )
         return Panel(body, title=Text(clean(f"session {event.session_id} ({event.source})")), border_style="blue")
+    if isinstance(event, ProjectRules):
+        title = f"project rules, pinned in every prompt: {', '.join(event.files) or 'none pinned'} ({event.tokens} tokens"
+        title += ", CUT)" if event.truncated else ")"
+        skipped = "".join(f"\nskipped {s}" for s in event.skipped)
+        return Panel(Text(clean(event.text + skipped)), title=Text(clean(title)), border_style="magenta")
     if isinstance(event, UserMessage):
         return Text.assemble(("user: ", "bold green"), clean(event.content))
     if isinstance(event, PolicyTurn):
@@ -70,6 +87,10 @@ def _renderable(event: Any, *, output_lines: int | None) -> Any:
         return label + "\n" + _safe(_head(event.output, output_lines))
     if isinstance(event, Summary):
         flag = " [bold red]TRUNCATED[/]" if event.truncated else ""
+        if event.fallback:
+            flag += f" [bold red]FALLBACK {event.fallback} after {event.rejected} unusable replies[/]"
+        elif event.rejected:
+            flag += f" [red](after {event.rejected} unusable reply)[/]"
         title = f"summary {event.index}: {event.tokens_before} -> {event.tokens_after} tokens{flag}"
         return Panel(_safe(event.text), title=title, border_style="bold yellow", style="yellow")
     if isinstance(event, Prune):
@@ -95,7 +116,7 @@ def _renderable(event: Any, *, output_lines: int | None) -> Any:
 def render_session(session: Session, console: Any, *, output_lines: int | None = OUTPUT_LINES) -> None:
     """Print every event of `session` to `console` (a `rich.console.Console`), in order.
 
-    Summaries are yellow panels with their token counts (and a TRUNCATED flag); observations show
+    The pinned project rules are a magenta panel; summaries are yellow panels with their token counts (and a TRUNCATED flag); observations show
     their first `output_lines` lines (all when None); the final diff is syntax-highlighted. A torn
     file is said so at the end.
     """

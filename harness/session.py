@@ -51,8 +51,8 @@ from harness.jsonl import JsonLine, JsonlLimits, read_jsonl
 SCHEMA_VERSION = 1
 
 StopReason = Literal["finish", "max_steps", "loop_guard", "context_exhausted", "cancelled", "error"]
-"""Why an episode ended: the policy called `finish`; the step limit; the same call repeated
-`loop_guard` times in a row; no prompt fits the window any more; cancelled by the user; an
+"""Why an episode ended: the policy called `finish`; the step limit; a cycle of calls that kept
+repeating after a warning (`harness.agent`, the loop guard); no prompt fits the window any more; cancelled by the user; an
 unexpected exception (its text is in `Final.message`)."""
 
 ErrorKind = Literal["malformed", "unknown_tool", "bad_arguments", "tool_error", "no_call", "not_offered"]
@@ -135,6 +135,26 @@ class UserMessage(_Event):
     content: str
 
 
+class ProjectRules(_Event):
+    """The repository's rules files (AGENTS.md and the like, `harness.rules`), as pinned after the
+    system prompt in every prompt of the episode; summaries never replace them."""
+
+    type: Literal["project_rules"] = "project_rules"
+    text: str
+    """The pinned block exactly as the model sees it (cut, with a note saying so, when too long)."""
+    files: list[str] = Field(default_factory=list)
+    """Files whose text is pinned, in order."""
+    listed: list[str] = Field(default_factory=list)
+    """Scoped rules files named in the block but not pinned."""
+    skipped: list[str] = Field(default_factory=list)
+    """"path: reason" for files that were found but not loaded (refused, binary, duplicate)."""
+    chars: int = 0
+    """Characters of the block had nothing been cut."""
+    truncated: bool = False
+    tokens: int = 0
+    """Tokens the pinned block takes in the policy's tokenizer."""
+
+
 class ToolCallRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     id: str
@@ -193,6 +213,11 @@ class Summary(_Event):
     tokens_before: int
     tokens_after: int
     truncated: bool = False
+    rejected: int = Field(0, ge=0)
+    """Summary replies rejected as unusable (empty, or only tool-call markup) before this one."""
+    fallback: Literal["mask"] | None = None
+    """Set when no reply was usable and the harness wrote the summary itself: "mask" is the
+    calls made with their outputs masked (observation masking), after the earlier summary."""
 
 
 class Prune(_Event):
@@ -241,7 +266,7 @@ class Score(_Event):
 
 
 Event = Annotated[
-    Union[SessionStart, UserMessage, PolicyTurn, Observation, Summary, Prune, Final, Verdict, Score],
+    Union[SessionStart, ProjectRules, UserMessage, PolicyTurn, Observation, Summary, Prune, Final, Verdict, Score],
     Field(discriminator="type"),
 ]
 _EVENT = TypeAdapter(Event)

@@ -40,7 +40,7 @@ def parse_tool_calls(text: str, *, turn: int) -> tuple[str, list[ToolCall], list
         try:
             data = json.loads(body)
         except json.JSONDecodeError as exc:
-            errors.append(f"tool call is not valid JSON ({exc.msg} at char {exc.pos}): {body[:200]!r}")
+            errors.append(f"tool call is not valid JSON ({exc}): {body[:200]!r}")
             continue
         except (ValueError, RecursionError):  # digits past int's limit; arrays/objects nested too deeply
             errors.append(f"tool call is not valid JSON (a number too long or nesting too deep): {body[:200]!r}")

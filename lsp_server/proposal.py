@@ -4,7 +4,9 @@
 (the user's files plus unsaved buffers). The proposal needs both full texts of every changed file:
 `proposed` is read from the shadow workspace, `original` is recovered by applying the diff's hunks
 backwards to it (so it is exactly what the run started from, even if the user's disk has changed
-since). Binary and non-UTF-8 files cannot become text edits; they are listed in `skipped`.
+since). Binary and non-UTF-8 files cannot become text edits; they are listed in `skipped`, and so
+are symlinks: a link leading outside the workspace is left out of the proposal's diff as well
+(`shadow_backend.links`), so accepting the rest can never create it in the user's repository.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from harness.workspace import Workspace
+from shadow_backend.links import drop_outside_links
 
 FileStatus = Literal["added", "modified", "deleted"]
 
@@ -38,6 +41,8 @@ class FilePatch:
     new_path: str | None
     hunks: tuple[Hunk, ...] = ()
     binary: bool = False
+    link: bool = False
+    """The new side is a symlink (git mode 120000)."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ class ProposedFile:
 
 @dataclass(frozen=True)
 class Proposal:
-    """Everything a run proposes: the raw diff, the text files, and paths left out (binary, undecodable)."""
+    """Everything a run proposes: the diff (without links leading outside the workspace), the text
+    files, and what was left out, each as "path (reason)" (binary, undecodable, symlinks)."""
 
     diff: str
     files: tuple[ProposedFile, ...] = ()
@@ -100,7 +106,7 @@ def parse_git_diff(diff: str) -> list[FilePatch]:
         header = lines[i][len("diff --git "):]
         old: str | None = None
         new: str | None = None
-        added = deleted = binary = False
+        added = deleted = binary = link = False
         if header.startswith("a/") and " b/" in header:
             old, new = header[2:].split(" b/", 1)
         i += 1
@@ -108,6 +114,8 @@ def parse_git_diff(diff: str) -> list[FilePatch]:
             line = lines[i]
             if line.startswith("new file mode"):
                 added = True
+            if line.startswith(("new file mode 120000", "new mode 120000")) or (line.startswith("index ") and line.endswith(" 120000")):
+                link = True
             elif line.startswith("deleted file mode"):
                 deleted = True
             elif line.startswith("rename from "):
@@ -151,6 +159,7 @@ def parse_git_diff(diff: str) -> list[FilePatch]:
                 new_path=None if deleted else new,
                 hunks=tuple(hunks),
                 binary=binary,
+                link=link and not deleted,
             )
         )
     return patches
@@ -191,16 +200,21 @@ def _read_text(workspace: Workspace, path: str) -> str | None:
 def build_proposal(workspace: Workspace, diff: str) -> Proposal:
     """The proposal of a finished run, read from its (still open) workspace.
 
-    A rename becomes a deleted file plus an added one. Raises ValueError for a diff that does not
-    match the workspace.
+    A rename becomes a deleted file plus an added one. Symlinks are never read through: one leading
+    outside the workspace is dropped from the diff, any other is listed as skipped (a text edit
+    can't make a link). Raises ValueError for a diff that does not match the workspace.
     """
+    diff, outside = drop_outside_links(diff)
     files: list[ProposedFile] = []
-    skipped: list[str] = []
+    skipped: list[str] = [str(link) for link in outside]
     for patch in parse_git_diff(diff):
         name = patch.new_path or patch.old_path or "?"
+        if patch.link:
+            skipped.append(f"{name} (a symlink; text edits can't create links)")
+            continue
         proposed = _read_text(workspace, patch.new_path) if patch.new_path is not None else None
         if patch.binary or (patch.new_path is not None and proposed is None):
-            skipped.append(name)
+            skipped.append(f"{name} (binary or not UTF-8)")
             continue
         if patch.old_path is None:
             files.append(ProposedFile(name, "added", None, proposed))

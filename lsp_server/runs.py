@@ -214,7 +214,7 @@ def execute(
         proposal = build_proposal(workspace, result.diff)
         message = result.stop_reason if result.stop_reason != "finish" else (result.message or None)
         if proposal.skipped:
-            note = "not offered (binary or not UTF-8): " + ", ".join(proposal.skipped)
+            note = "not offered: " + ", ".join(proposal.skipped)
             message = f"{message}; {note}" if message else note
         return RunOutcome("finished", message, proposal, log)
     except (RecapError, OSError, ValueError) as exc:

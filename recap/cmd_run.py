@@ -71,6 +71,7 @@ def run(
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
     from shadow_backend import open_backend
     from shadow_backend.backends import backend_config, read_backend_options
+    from shadow_backend.links import drop_outside_links
     from shadow_backend.scoring import score_workspace
 
     console = Console(stderr=True, highlight=False)
@@ -135,8 +136,13 @@ def run(
         counts = "" if score.get("tests_passed") is None else f" ({score['tests_passed']} passed, {score['tests_failed']} failed)"
         verdict = "[green]passed[/green]" if score["verify_passed"] else "[red]failed[/red]"
         console.print(f"verify {verdict}{counts}: {escape(verify or '')}")
-    if result.diff:
-        sys.stdout.write(result.diff if result.diff.endswith("\n") else result.diff + "\n")
+    # symlinks the agent made that lead outside the repository are never printed as part of the
+    # change nor applied (shadow_backend.links); the session keeps the full diff
+    proposed, outside = drop_outside_links(result.diff)
+    for link in outside:
+        console.print(f"[yellow]left out:[/yellow] {escape(str(link))}", soft_wrap=True)
+    if proposed:
+        sys.stdout.write(proposed if proposed.endswith("\n") else proposed + "\n")
     else:
         console.print("[yellow]no change proposed[/yellow]")
     console.print(f"session: {escape(str(path))}")
@@ -145,13 +151,13 @@ def run(
         raise typer.Exit(130)
     if result.stop_reason == "error":
         raise typer.Exit(1)
-    if apply and result.diff:
+    if apply and proposed:
         # the diff is relative to the repository's top level, which --repo may be below
         from shadow_backend.git_state import apply_to
 
         top = workspace.origin.repo
         try:  # byte for byte, reading nothing of the repository's git config (its filters would run)
-            apply_to(top, result.diff)
+            apply_to(top, proposed)
         except RecapError as exc:
             raise fail(f"could not apply the diff to {top}: {exc}", 1)
         console.print(f"[green]applied to {escape(top)}[/green]")

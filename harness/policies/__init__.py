@@ -80,7 +80,7 @@ def load_policy(
         if kind == "scripted":
             from harness.policies.scripted import ScriptedPolicy
 
-            return ScriptedPolicy.from_file(rest)
+            return ScriptedPolicy.from_file(rest, context_window=context_window)
         from harness.policies.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
 
         model_name, _, url = rest.partition("@")

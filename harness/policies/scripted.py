@@ -24,6 +24,7 @@ from harness.types import Completion, Message, ToolCall, TurnKind
 
 _TOKEN = re.compile(r"<\|im_start\|>|<\|im_end\|>|\w+|[^\w\s]")
 VOCAB_SIZE = 50_000
+DEFAULT_WINDOW = 4096
 
 Turn = str | dict[str, Any]
 
@@ -83,28 +84,57 @@ class ScriptedPolicy:
             `{"content": str, "tool_calls": [{"name": str, "arguments": dict | str}]}` (string
             arguments are kept as written, so malformed JSON can be scripted).
         context_window: the window it claims (tokens of the toy tokenizer).
+        writes_summaries: True: summary turns are played from `turns` like action turns. False:
+            `turns` holds action turns only; a summary turn answers an empty text without using a
+            turn (the agent then rejects it and writes its own masked summary), so a long output
+            never eats the next scripted action.
         spec: the model spec recorded in sessions.
     A turn longer than `max_new_tokens` is cut there (finish_reason "length"), as a model would be.
     Raises (from `generate`): PolicyError when the script is exhausted or the prompt overflows the window.
     """
 
-    def __init__(self, turns: Sequence[Turn], *, context_window: int = 4096, spec: str = "scripted") -> None:
+    def __init__(self, turns: Sequence[Turn], *, context_window: int = DEFAULT_WINDOW, writes_summaries: bool = True,
+                 spec: str = "scripted") -> None:
         self.turns = list(turns)
         self.context_window = context_window
+        self.writes_summaries = writes_summaries
         self.spec = spec
         self.calls: list[ScriptedCall] = []
+        self._played = 0
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, context_window: int = 4096) -> "ScriptedPolicy":
-        """Read a JSON list of turns. Raises PolicyError when the file is not such a list."""
+    def from_file(cls, path: str | os.PathLike[str], *, context_window: int | None = None) -> "ScriptedPolicy":
+        """Read a script: a JSON list of turns, or an object
+
+            {"turns": [...], "context_window": 32768, "summaries": false}
+
+        where `context_window` (default 4096) and `summaries` (default true; see
+        `writes_summaries`) say how the turns were recorded, so replays and benchmarks play the
+        turns they hold. A `context_window` given here overrides the file's.
+        Raises PolicyError when the file is neither form, or a field has the wrong type.
+        """
         try:
             with open(path, encoding="utf-8") as fh:
-                turns = json.load(fh)
+                data = json.load(fh)
         except (OSError, ValueError) as exc:
             raise PolicyError(f"cannot read scripted turns from {path}: {exc}") from None
-        if not isinstance(turns, list):
-            raise PolicyError(f"{path}: expected a JSON list of turns, got {type(turns).__name__}")
-        return cls(turns, context_window=context_window, spec=f"scripted:{path}")
+        options: dict[str, Any] = {}
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - {"turns", "context_window", "summaries"})
+            window, summaries = data.get("context_window", DEFAULT_WINDOW), data.get("summaries", True)
+            if unknown or not isinstance(data.get("turns"), list):
+                raise PolicyError(f'{path}: a script object holds "turns" (a list), "context_window" and "summaries"'
+                                  + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+            if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+                raise PolicyError(f"{path}: context_window must be a positive integer, got {window!r}")
+            if not isinstance(summaries, bool):
+                raise PolicyError(f"{path}: summaries must be true or false, got {summaries!r}")
+            data, options = data["turns"], {"context_window": window, "writes_summaries": summaries}
+        if not isinstance(data, list):
+            raise PolicyError(f"{path}: expected a JSON list of turns or a script object, got {type(data).__name__}")
+        if context_window is not None:
+            options["context_window"] = context_window
+        return cls(data, spec=f"scripted:{path}", **options)
 
     def count_tokens(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> int:
         return len(tokenize(render_chatml(messages, tools)))
@@ -124,9 +154,13 @@ class ScriptedPolicy:
             raise PolicyError(f"prompt of {len(prompt_ids)} tokens does not fit the window of {self.context_window}")
         self.calls.append(ScriptedCall(tuple(messages), tuple(tools or ()), kind, max_new_tokens, len(prompt_ids)))
         index = len(self.calls) - 1
-        if index >= len(self.turns):
+        if kind == "summary" and not self.writes_summaries:
+            text = ""
+        elif self._played >= len(self.turns):
             raise PolicyError(f"script exhausted after {len(self.turns)} turns")
-        text = _turn_text(self.turns[index], index)
+        else:
+            text = _turn_text(self.turns[self._played], self._played)
+            self._played += 1
         finish_reason = "stop"
         spans = list(_TOKEN.finditer(text))
         if len(spans) > max_new_tokens:

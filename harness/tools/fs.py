@@ -6,6 +6,8 @@ All of them act through the `Workspace` protocol only; paths are workspace-relat
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, model_validator
 
 from harness.errors import ToolError
@@ -15,6 +17,12 @@ from harness.workspace import Workspace
 
 EDIT_CONTEXT_LINES = 3
 """Lines shown around an edit in edit_file's reply."""
+
+NO_FINAL_NEWLINE = "\\ No newline at end of file"
+"""read_file's last line for a file that does not end with a newline (git's diff marker)."""
+
+_GUTTER = re.compile(r"^ *\d+\t", re.MULTILINE)
+"""read_file's line-number gutter (`cat -n` style: spaces, the number, a tab)."""
 
 
 def _numbered(lines: list[str], first: int) -> str:
@@ -52,6 +60,8 @@ def read_file(params: ReadFileParams, workspace: Workspace) -> ToolResult:
         raise ToolError(f"start_line {first} is past the end of {params.path} ({len(lines)} lines)")
     last = min(params.end_line or len(lines), len(lines))
     body = _numbered(lines[first - 1 : last], first)
+    if last == len(lines) and not text.endswith("\n"):
+        body += "\n" + NO_FINAL_NEWLINE
     header = [note] if note else []
     if (first, last) != (1, len(lines)):
         header.append(f"[{params.path}: lines {first}-{last} of {len(lines)}]")
@@ -128,9 +138,12 @@ def edit_file(params: EditFileParams, workspace: Workspace) -> ToolResult:
     if old not in text and "\r\n" in text and "\r\n" not in old:  # a CRLF file edited with "\n"
         old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
     starts = _occurrences(text, old)
+    stripped = ""
     if not starts:
-        raise ToolError(f"old_string was not found in {params.path}{_near_miss(text, old)}; "
-                        "read the file and copy the text exactly")
+        old, new, stripped = _without_gutter(text, old, new)
+        starts = _occurrences(text, old) if stripped else []
+    if not starts:
+        raise ToolError(f"old_string was not found in {params.path}{_why_not_found(text, old, params.path)}")
     if len(starts) > 1 and not params.replace_all:
         lines = ", ".join(str(_line_of(text, s)) for s in starts[:20])
         raise ToolError(f"old_string occurs {len(starts)} times in {params.path} (at lines {lines}); "
@@ -142,7 +155,7 @@ def edit_file(params: EditFileParams, workspace: Workspace) -> ToolResult:
     lines = _lines(edited)
     lo, hi = max(1, first - EDIT_CONTEXT_LINES), min(len(lines), last + EDIT_CONTEXT_LINES)
     what = f"{len(starts)} occurrences" if len(starts) > 1 else f"lines {first}-{last}" if last > first else f"line {first}"
-    return ToolResult(bounded(f"edited {params.path}: replaced {what}\n{_numbered(lines[lo - 1 : hi], lo)}"))
+    return ToolResult(bounded(f"edited {params.path}: replaced {what}{stripped}\n{_numbered(lines[lo - 1 : hi], lo)}"))
 
 
 def _occurrences(text: str, old: str) -> list[int]:
@@ -152,6 +165,38 @@ def _occurrences(text: str, old: str) -> list[int]:
         starts.append(at)
         at = text.find(old, at + len(old))
     return starts
+
+
+def _has_gutter(text: str) -> bool:
+    """Every line of `text` starts with read_file's line-number gutter."""
+    lines = _lines(text)
+    return bool(lines) and all(_GUTTER.match(line) for line in lines)
+
+
+def _without_gutter(text: str, old: str, new: str) -> tuple[str, str, str]:
+    """(old, new, note) with read_file's line-number gutter removed from `old` (and from `new`
+    when every line of it has one too), when that makes `old` occur in `text`; else unchanged and
+    no note. The gutter is recognised only when every line of `old` has it, so text that really
+    starts with a number and a tab on one line is never touched."""
+    if not _has_gutter(old):
+        return old, new, ""
+    bare = _GUTTER.sub("", old)
+    if bare not in text:
+        return old, new, ""
+    if _has_gutter(new):
+        new = _GUTTER.sub("", new)
+    return bare, new, " (the line numbers read_file shows were removed from old_string)"
+
+
+def _why_not_found(text: str, old: str, path: str) -> str:
+    """The most specific reason `old` is not in `text`, and what to do."""
+    if old.endswith("\n") and not text.endswith("\n") and text.endswith(old[:-1]):
+        return (f": {path} has no newline at its end (read_file shows '{NO_FINAL_NEWLINE}'); "
+                "drop the final newline from old_string")
+    if _has_gutter(old):
+        return (": old_string starts each line with a line number and a tab, the gutter read_file adds; "
+                "copy the text after the gutter")
+    return f"{_near_miss(text, old)}; read the file and copy the text exactly"
 
 
 def _near_miss(text: str, old: str) -> str:
@@ -179,8 +224,10 @@ def write_file(params: WriteFileParams, workspace: Workspace) -> ToolResult:
     if existed and workspace.is_dir(params.path):
         raise ToolError(f"{params.path} is a directory; give a file path")
     data = params.content.encode("utf-8")
-    workspace.write_bytes(params.path, data)
     lines = len(_lines(params.content))
+    if existed and workspace.read_bytes(params.path) == data:
+        return ToolResult(f"unchanged {params.path}: it already holds this content ({lines} line{'s' if lines != 1 else ''}, {len(data):,} bytes)")
+    workspace.write_bytes(params.path, data)
     verb = "overwrote" if existed else "created"
     return ToolResult(f"{verb} {params.path} ({lines} line{'s' if lines != 1 else ''}, {len(data):,} bytes)")
 

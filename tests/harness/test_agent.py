@@ -73,12 +73,68 @@ def test_tool_call_nested_too_deeply_is_a_parse_error_not_a_recursion_error():
     assert calls == [] and "nesting too deep" in errors[0]
 
 
-def test_loop_guard_stops_on_the_same_call_repeated(ws):
+def test_loop_guard_warns_then_stops_on_the_same_call_repeated(ws):
     same = call("emit", size=1)
-    result, _ = run(ws, [same, {"content": "", "tool_calls": [{"name": "emit", "arguments": {"size": 1}}]}, same, call("finish", message="never")],
-                    config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    as_dict = {"content": "", "tool_calls": [{"name": "emit", "arguments": {"size": 1}}]}
+    result, policy = run(ws, [same, as_dict, same, same, call("finish", message="never")],
+                         config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
     assert result.stop_reason == "loop_guard"
-    assert result.steps == 3
+    assert result.steps == 4
+    assert 'emit {"size": 1}' in result.message and "after a warning" in result.message
+    # the warning came after the third repeat, as an observation the policy read
+    warning = [o for o in observations(result) if o.name == "loop_guard"]
+    assert len(warning) == 1 and "repeat the same call 3 times" in warning[0].output
+    assert "Loop guard" in policy.calls[3].messages[-1]["content"]
+
+
+def test_loop_guard_warning_heeded_lets_the_run_go_on(ws):
+    same = call("emit", size=1)
+    result, _ = run(ws, [same, same, same, call("emit", size=2), call("finish", message="done")],
+                    config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    assert result.stop_reason == "finish"
+
+
+def test_loop_guard_catches_an_alternating_cycle_that_undoes_itself(ws):
+    """Fault 1: write_file x = 1 / edit_file x = 1 -> x = 2 alternating ran to max_steps."""
+    from harness.tools import default_registry
+
+    write = call("write_file", path="app.py", content="x = 1\n")
+    edit = call("edit_file", path="app.py", old_string="x = 1", new_string="x = 2")
+    policy = ScriptedPolicy([write, edit] * 20)
+    config = RecapConfig(agent=AgentConfig(max_steps=40, loop_guard_repeats=3))
+    result = Agent(policy=policy, workspace=ws, tools=default_registry(), config=config).run("set x")
+    assert result.stop_reason == "loop_guard"
+    assert result.steps == 8  # warned after 3 rounds (6 steps), stopped one round later
+    assert "cycle of 2 calls" in result.message
+    assert "write_file" in result.message and "edit_file" in result.message
+    warnings = [o for o in observations(result) if o.name == "loop_guard"]
+    assert len(warnings) == 1 and warnings[0].turn == 5
+
+
+def test_loop_guard_catches_a_cycle_that_restores_the_workspace_with_new_outputs(ws):
+    """Observations differ each round (a counter), but the workspace comes back each round."""
+    from harness.tools import default_registry
+
+    turns = []
+    for i in range(10):
+        turns += [call("write_file", path="tmp.txt", content="scratch\n"), call("delete_file", path="tmp.txt"),
+                  call("run_command", command=f"true {i % 1}")]
+    policy = ScriptedPolicy(turns)
+    config = RecapConfig(agent=AgentConfig(max_steps=40, loop_guard_repeats=2))
+    result = Agent(policy=policy, workspace=ws, tools=default_registry(), config=config).run("tidy")
+    assert result.stop_reason == "loop_guard"
+    assert result.steps <= 3 * 3
+    assert "leave the workspace as it was" in result.message
+
+
+def test_loop_guard_leaves_progress_alone(ws):
+    """The same call shape with different arguments, or a growing file, is not a loop."""
+    from harness.tools import default_registry
+
+    turns = [call("write_file", path="app.py", content=f"x = {i}\n") for i in range(12)] + [call("finish", message="done")]
+    policy = ScriptedPolicy(turns, context_window=32768)
+    result = Agent(policy=policy, workspace=ws, tools=default_registry(), config=RecapConfig()).run("count")
+    assert result.stop_reason == "finish"
 
 
 def test_loop_guard_counts_only_consecutive_repeats(ws):
@@ -91,7 +147,7 @@ def test_loop_guard_tells_different_broken_calls_apart(ws):
     cut = ['<tool_call>\n{"name": "emit", "arguments": {"size": ' + str(i) for i in range(3)]
     result, _ = run(ws, [*cut, call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
     assert result.stop_reason == "finish"
-    result, _ = run(ws, [cut[0]] * 3 + [call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
+    result, _ = run(ws, [cut[0]] * 4 + [call("finish", message="done")], config=RecapConfig(agent=AgentConfig(loop_guard_repeats=3)))
     assert result.stop_reason == "loop_guard"
 
 

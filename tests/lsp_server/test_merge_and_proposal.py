@@ -74,7 +74,7 @@ def test_proposal_recovers_both_texts_of_each_file_from_the_diff(tmp_path: Path)
         ("old_name.py", "deleted"): (text(before, "old_name.py"), None),
         ("new_name.py", "added"): (None, text(after, "new_name.py")),
     }
-    assert proposal.skipped == ("img.bin",)
+    assert proposal.skipped == ("img.bin (binary or not UTF-8)",)
 
 
 def test_unapply_refuses_a_diff_that_does_not_match() -> None:

@@ -141,3 +141,16 @@ def test_backend_limits_come_from_the_config_file(make_repo: Any, tmp_path: Path
     config.write_text("[backend.local]\nmemory_limit = 1\n")
     bad = _recap("--repo", str(repo), "--model", model, "--config", str(config), "look", sessions=tmp_path / "s")
     assert bad.returncode == 2 and "unknown option(s) in [backend.local]: memory_limit" in bad.stderr
+
+
+def test_apply_leaves_out_a_symlink_leading_outside_the_repo(make_repo: Any, tmp_path: Path) -> None:
+    """Issue 13 fault 7: the agent's link to a file outside is neither printed as the change nor applied."""
+    repo = make_repo({"calc.py": "x = 1\n"})
+    model = _script(tmp_path, ("run_command", {"command": "ln -s /etc/hostname link.txt"}),
+                    ("write_file", {"path": "calc.py", "content": "x = 2\n"}), ("finish", {"message": "fixed"}))
+    out = _recap("--repo", str(repo), "--model", model, "--apply", "fix", sessions=tmp_path / "s")
+    assert out.returncode == 0, out.stderr
+    assert "left out: link.txt (a symlink to /etc/hostname: an absolute target, outside the workspace)" in out.stderr
+    assert "link.txt" not in out.stdout and "+x = 2" in out.stdout
+    assert not os.path.lexists(repo / "link.txt")
+    assert (repo / "calc.py").read_text() == "x = 2\n"
