@@ -157,6 +157,14 @@ class ModelConfig:
         if self.tokenizer is not None and not (isinstance(self.tokenizer, str) and self.tokenizer.strip()):
             raise ConfigError(f"model.tokenizer must be a path or a model name, got {self.tokenizer!r}")
 
+    def policy_options(self, spec: str) -> dict[str, Any]:
+        """These options as `harness.policies.load_policy` keywords for `spec`: the window for any
+        spec, the served-model options for `openai:` specs only."""
+        options: dict[str, Any] = {"context_window": self.context_window}
+        if spec.startswith("openai:"):
+            options.update(tokenizer=self.tokenizer, timeout_s=self.timeout_s, max_retries=self.max_retries)
+        return options
+
 
 _SECTIONS: dict[str, type] = {"agent": AgentConfig, "context": ContextConfig, "model": ModelConfig}
 

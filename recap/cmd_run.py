@@ -59,16 +59,6 @@ class _LinePrinter:
             self("\n")
 
 
-def model_options(spec: str, config: Any) -> dict[str, Any]:
-    """The `[model]` section of `config` as `load_policy` options for `spec` (served-model options
-    only for `openai:` specs; the window for every spec)."""
-    options: dict[str, Any] = {"context_window": config.model.context_window}
-    if spec.startswith("openai:"):
-        options.update(tokenizer=config.model.tokenizer, timeout_s=config.model.timeout_s,
-                       max_retries=config.model.max_retries)
-    return options
-
-
 def run(
     task: str = typer.Argument(..., help="What the agent should do, in plain words."),
     repo: Path = typer.Option(Path("."), "--repo", help="The repository to work on (never modified unless --apply)."),
@@ -140,7 +130,7 @@ def run(
         with console.status(f"loading policy {escape(model)}..."):
             policy = load_policy(model, endpoint=endpoint, api_key=api_key,
                                  adapter=str(adapter) if adapter else None, **options,
-                                 **model_options(model, config))
+                                 **config.model.policy_options(model))
         with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
             workspace = open_backend(backend, repo)
     except RecapError as exc:

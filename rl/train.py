@@ -380,12 +380,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             t1 = time.monotonic()
 
             advantages = advantages_for([r.reward for r in rollouts], group_size=cfg.group_size, kind=cfg.advantage)
-            turns, turn_adv, specs = [], [], []
+            turns, turn_adv, specs, untrainable = [], [], [], 0
             for rollout, adv in zip(rollouts, advantages):
+                trajectory = trajectory_from_events(rollout.events)
+                untrainable += trajectory.untrainable_turns
                 if adv == 0.0 and cfg.kl_coef == 0:
                     continue  # no gradient from this episode
                 by_name = {t["function"]["name"]: t for t in rollout.events[0].tools}
-                for turn in trajectory_from_events(rollout.events).turns:
+                for turn in trajectory.turns:
                     turns.append(turn)
                     turn_adv.append(adv)
                     specs.append(by_name)
@@ -408,6 +410,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
             t3 = time.monotonic()
             values = rollout_metrics(gather_objects(rollouts)) | loss_metrics | {
                 "rollout/turns_trained": float(sum(gather_objects([len(turns)]))),
+                "rollout/turns_untrainable": float(sum(gather_objects([untrainable]))),
                 "time/rollout_s": t1 - t0, "time/learn_s": t2 - t1, "time/checkpoint_s": t3 - t2, "time/step_s": t3 - t0,
             }
             if metrics is not None:

@@ -14,8 +14,9 @@ warning. When both the server and the user give one, the smaller wins (a warning
 larger). Token counts: `token_count.TokenCounter` (a local tokenizer, the server's tokenizer, or an
 estimate that errs high), calibrated after each turn by the server's `usage.prompt_tokens`.
 
-Logprobs are requested and recorded when the server returns them; token ids are not available
-over this API, so `prompt_ids`/`completion_ids` stay None (see `rl.distributed` for the ids).
+Logprobs are requested and recorded when the server returns them. `completion_ids` are set only
+when the server names each logprob's token by id (vLLM with `return_tokens_as_token_ids`, sent
+through `extra_body`; see `rl.distributed`); `prompt_ids` stay None.
 
 Streaming: inside `with policy.streaming(callback):` replies are streamed and each piece of text
 goes to `callback(text)` as it arrives (the CLI prints it, the language server sends `recap/event`).
@@ -48,6 +49,8 @@ from harness.types import Completion, Message, ToolCall, TurnKind, tool_call_id
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_TOKEN_ID = re.compile(r"token_id:(\d+)")
+"""How vLLM names a logprob's token with `return_tokens_as_token_ids`."""
 DEFAULT_CONTEXT_WINDOW = 8192
 """Used when neither the server nor the user says; small enough for most served models."""
 
@@ -92,6 +95,8 @@ class OpenAIPolicyConfig:
     logprobs: bool = True
     tokenizer_path: str | None = None
     probe: bool = True
+    extra_body: dict[str, Any] | None = None
+    """Server-specific request fields (e.g. vLLM's `return_tokens_as_token_ids`)."""
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -228,6 +233,8 @@ class OpenAIPolicy:
             request["seed"] = self.config.seed
         if self.config.logprobs:
             request["logprobs"] = True
+        if self.config.extra_body:
+            request["extra_body"] = dict(self.config.extra_body)
         if tools and not self.text_tools:
             request["tools"] = list(tools)
             request["tool_choice"] = "auto"
@@ -320,7 +327,9 @@ class OpenAIPolicy:
         if usage is not None and usage[0] > 0:
             self.counter.calibrate(self.counter.raw(messages, request.get("tools")), usage[0])
         logprobs = reply["logprobs"]
+        ids = [_TOKEN_ID.fullmatch(t) for t in reply["logprob_tokens"] or ()]
         return Completion(
+            completion_ids=tuple(int(m.group(1)) for m in ids) if ids and all(ids) else None,
             text=reply["text"], tool_calls=tuple(calls), parse_errors=tuple(errors), logprobs=logprobs,
             finish_reason=reply["finish_reason"] or "stop",
             prompt_tokens=usage[0] if usage else request["_counted"],
@@ -349,12 +358,13 @@ def _read_response(response: Any, base_url: str) -> dict[str, Any]:
         raise _not_a_completion(base_url, response)
     calls = [(c.id, c.function.name, c.function.arguments) for c in (message.tool_calls or [])
              if getattr(c, "function", None) is not None and c.function.name]
-    logprobs = None
+    logprobs = tokens = None
     content = getattr(getattr(choice, "logprobs", None), "content", None)
     if content:
         logprobs = tuple(float(t.logprob) for t in content)
+        tokens = tuple(str(t.token) for t in content)
     usage = getattr(response, "usage", None)
-    return {"text": message.content or "", "tool_calls": calls, "logprobs": logprobs,
+    return {"text": message.content or "", "tool_calls": calls, "logprobs": logprobs, "logprob_tokens": tokens,
             "finish_reason": choice.finish_reason,
             "usage": (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else None}
 
@@ -364,6 +374,7 @@ def _read_stream(stream: Any, callback: Callable[[str], None], base_url: str) ->
     text: list[str] = []
     calls: dict[int, list[str]] = {}
     logprobs: list[float] = []
+    tokens: list[str] = []
     finish = usage = None
     seen = False
     for chunk in stream:
@@ -388,11 +399,13 @@ def _read_stream(stream: Any, callback: Callable[[str], None], base_url: str) ->
                     slot[2] += tc.function.arguments or ""
             if choice.logprobs is not None and choice.logprobs.content:
                 logprobs += [float(t.logprob) for t in choice.logprobs.content]
+                tokens += [str(t.token) for t in choice.logprobs.content]
             finish = choice.finish_reason or finish
     if not seen:
         raise PolicyError(f"{base_url}: the stream ended without a completion")
     return {"text": "".join(text), "tool_calls": [tuple(calls[i]) for i in sorted(calls) if calls[i][1]],
-            "logprobs": tuple(logprobs) or None, "finish_reason": finish, "usage": usage}
+            "logprobs": tuple(logprobs) or None, "logprob_tokens": tuple(tokens) or None,
+            "finish_reason": finish, "usage": usage}
 
 
 def _short(text: str, limit: int = 300) -> str:
