@@ -185,6 +185,10 @@ def test_no_prompt_passes_the_window_of_a_server_that_rejects_longer_ones(server
     ('[TOOL_CALLS][{"name": "read_file", "arguments": {"path": "app.py"}}]', "mistral"),
     ('<|python_tag|>{"name": "read_file", "parameters": {"path": "app.py"}}', "llama3_json"),
     ('[read_file(path="app.py")]', "pythonic"),
+    ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>read_file\n```json\n{\"path\": \"app.py\"}\n```"
+     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "deepseek"),
+    ('<function=read_file>{"path": "app.py"}</function>', "xml_function"),
+    ('[TOOL_CALLS]read_file[ARGS]{"path": "app.py"}', "mistral"),
     ("```json\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"app.py\"}}\n```", "bare_json"),
 ])
 def test_text_tool_calls_in_the_formats_local_models_write(server, content, fmt):
