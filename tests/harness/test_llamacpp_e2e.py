@@ -25,7 +25,7 @@ MESSAGES = [{"role": "system", "content": "You are a coding agent. Act only thro
             {"role": "user", "content": "Read the file README.md with the read_file tool."}]
 
 
-@pytest.fixture(scope="module", params=[2048, 3072])
+@pytest.fixture(scope="module", params=[2048, 4096])
 def server(request):
     with LlamaServer(n_ctx=request.param) as srv:
         yield srv
@@ -48,8 +48,8 @@ def test_tool_calls_come_back_structured_and_counts_err_high(server):
 
 
 def test_an_agent_run_summarizes_before_the_window(server, workspace_of, make_repo):
-    if server.n_ctx != 2048:
-        pytest.skip("one agent run is enough (at the smaller window)")
+    if server.n_ctx != 4096:
+        pytest.skip("one agent run is enough; at 2048 the ten tool specs alone take most of the window")
     files = {f"notes_{i}.md": "".join(f"{j:>4}  line {j} of note {i}\n" for j in range(40)) for i in range(6)}
     files["README.md"] = "Read every notes_*.md file, then finish.\n" + "".join(f"- notes_{i}.md\n" for i in range(6))
     policy = load_policy(f"openai:{server.model}@{server.url}", temperature=0.7, seed=3)
