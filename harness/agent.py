@@ -255,6 +255,7 @@ class Agent:
             logprobs=list(c.logprobs) if c.logprobs is not None else None, constrained=c.constrained,
             finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens or view.tokens,
             completion_tokens=c.completion_tokens, encoded_tokens=c.encoded_tokens, duration_s=c.duration_s,
+            tool_call_format=c.tool_call_format,
         )
         self._turn += 1
         return turn

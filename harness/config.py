@@ -15,6 +15,12 @@ give one validated `RecapConfig`; each component receives only its own section, 
     keep_recent = 2
     max_summaries = 8
 
+    [model]                   # served models (openai: specs)
+    context_window = 32768    # when the server does not say
+    tokenizer = "Qwen/Qwen2.5-Coder-7B-Instruct"
+    timeout_s = 120
+    max_retries = 2
+
 Every field is checked in `__post_init__`; a bad value raises `ConfigError` saying how to fix it.
 Other top-level tables (e.g. `[backend]`) are left to the components that own them.
 """
@@ -129,7 +135,43 @@ class ContextConfig:
             _positive_int("context", "reserve_tokens", self.reserve_tokens)
 
 
-_SECTIONS: dict[str, type] = {"agent": AgentConfig, "context": ContextConfig}
+@dataclass(frozen=True)
+class ModelConfig:
+    """Options of a served model (`openai:` specs; see `harness.policies.openai_policy`).
+
+    Attributes:
+        context_window: the window in tokens when the server does not report it (None: ask the
+            server, else a conservative default with a warning).
+        tokenizer: the served model's tokenizer (transformers folder or hub name, or a GGUF file)
+            for exact token counts; None: the server's tokenizer, else a calibrated estimate.
+        timeout_s: seconds to wait for a reply, per attempt.
+        max_retries: further attempts after a timeout, a lost connection, HTTP 429 or 5xx.
+    """
+
+    context_window: int | None = None
+    tokenizer: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        if self.context_window is not None:
+            _positive_int("model", "context_window", self.context_window, minimum=256)
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
+            raise ConfigError(f"model.timeout_s must be a positive number of seconds, got {self.timeout_s!r}")
+        _positive_int("model", "max_retries", self.max_retries, minimum=0)
+        if self.tokenizer is not None and not (isinstance(self.tokenizer, str) and self.tokenizer.strip()):
+            raise ConfigError(f"model.tokenizer must be a path or a model name, got {self.tokenizer!r}")
+
+    def policy_options(self, spec: str) -> dict[str, Any]:
+        """These options as `harness.policies.load_policy` keywords for `spec`: the window for any
+        spec, the served-model options for `openai:` specs only."""
+        options: dict[str, Any] = {"context_window": self.context_window}
+        if spec.startswith("openai:"):
+            options.update(tokenizer=self.tokenizer, timeout_s=self.timeout_s, max_retries=self.max_retries)
+        return options
+
+
+_SECTIONS: dict[str, type] = {"agent": AgentConfig, "context": ContextConfig, "model": ModelConfig}
 
 
 @dataclass(frozen=True)
@@ -138,6 +180,7 @@ class RecapConfig:
 
     agent: AgentConfig = field(default_factory=AgentConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
 
     @property
     def reserve_tokens(self) -> int:
@@ -190,6 +233,7 @@ class RecapConfig:
         return RecapConfig(
             agent=dataclasses.replace(self.agent, **updates["agent"]),
             context=dataclasses.replace(self.context, **updates["context"]),
+            model=dataclasses.replace(self.model, **updates["model"]),
         )
 
     @classmethod
@@ -199,4 +243,4 @@ class RecapConfig:
         return base.with_overrides(**overrides)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"agent": dataclasses.asdict(self.agent), "context": dataclasses.asdict(self.context)}
+        return {name: dataclasses.asdict(getattr(self, name)) for name in _SECTIONS}

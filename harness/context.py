@@ -16,7 +16,7 @@ its observations into one-line stubs. The views of the baseline strategies ("dro
 
 Budgets, in tokens counted exactly with `policy.count_tokens` (chat template and tool specs
 included): `limit = context_window - reserve`, `summarize_at <= hard_limit <= limit` after
-capping. Guarantee: `view()` and `summary_prompt()` never return a prompt above `limit`; when even
+capping (a cap logs a warning). Guarantee: `view()` and `summary_prompt()` never return a prompt above `limit`; when even
 the smallest context (system prompt, task, latest summary, no turns) does not fit they return
 None and the agent stops with `context_exhausted`.
 
@@ -191,12 +191,22 @@ class ContextManager:
                 f"reserve of {reserve_tokens} tokens leaves no room in a {window}-token window; "
                 "lower context.reserve_tokens or agent.max_new_tokens"
             )
-        self.summarize_at_tokens = min(resolve_tokens(config.summarize_at, window), self.limit_tokens)
-        self.hard_limit_tokens = min(resolve_tokens(config.hard_limit, window), self.limit_tokens)
+        self.summarize_at_tokens = self._budget("summarize_at", config.summarize_at, window, reserve_tokens)
+        self.hard_limit_tokens = self._budget("hard_limit", config.hard_limit, window, reserve_tokens)
         self.normal = tuple(s for s in tool_specs if s["function"]["name"] != "prune")
         self.restricted = tuple(s for s in tool_specs if s["function"]["name"] in RESTRICTED_TOOLS)
         self._counts: dict[str, int] = {}
         self._empty: int | None = None
+
+    def _budget(self, name: str, value: float, window: int, reserve: int) -> int:
+        """A budget in tokens, capped at `limit_tokens`; a cap is announced, never silent (a warning
+        for a token count, which the user meant literally; info for a fraction of a small window)."""
+        tokens = resolve_tokens(value, window)
+        if tokens > self.limit_tokens:
+            (logger.warning if value > 1 else logger.info)("context.%s=%s is %d tokens, above what fits the %d-token window of %s with %d kept "
+                           "for the reply; using %d (pass --context-window if the model's window is larger)",
+                           name, value, tokens, window, self.policy.spec, reserve, self.limit_tokens)
+        return min(tokens, self.limit_tokens)
 
     # -- rendering and counting ------------------------------------------------------------------
 
@@ -213,7 +223,7 @@ class ContextManager:
     def _count(self, messages: Sequence[Message], specs: Sequence[dict[str, Any]]) -> int:
         """Exact prompt tokens, memoized: one step asks for the same prompt several times, and a
         count (chat template + tokenizer) costs tens of milliseconds on long prompts."""
-        key = json.dumps([messages, specs], sort_keys=True, default=str)
+        key = json.dumps([getattr(self.policy, "count_epoch", 0), messages, specs], sort_keys=True, default=str)
         if key not in self._counts:
             if len(self._counts) >= 256:
                 self._counts.pop(next(iter(self._counts)))

@@ -183,6 +183,8 @@ class PolicyTurn(_Event):
     completion_tokens: int = 0
     encoded_tokens: int = 0
     duration_s: float = 0.0
+    tool_call_format: str | None = None
+    """How the calls were written (`harness.types.Completion.tool_call_format`)."""
 
 
 class Observation(_Event):

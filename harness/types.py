@@ -52,6 +52,9 @@ class Completion:
         encoded_tokens: prompt tokens actually run through the model this turn (smaller than
             `prompt_tokens` when a KV cache was reused).
         duration_s: wall-clock seconds of the call.
+        tool_call_format: how the calls were written: "structured" (the server's `tool_calls`) or a
+            text format of `harness.toolcall` ("hermes", "xml_function", "bare_json", ...); None
+            when the turn has no calls.
     """
 
     text: str
@@ -66,6 +69,7 @@ class Completion:
     completion_tokens: int = 0
     encoded_tokens: int = 0
     duration_s: float = 0.0
+    tool_call_format: str | None = None
 
 
 @runtime_checkable

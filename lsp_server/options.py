@@ -31,6 +31,10 @@ class ServerOptions(_Wire):
         sessions_dir: where session files go (default: `harness.session.default_sessions_dir()`).
         adapter_dir: folder watched for LoRA adapters (subfolders holding `adapter_config.json`);
             the newest is loaded for each new session.
+        context_window: the model's window in tokens when its server does not report it (a cap
+            for local models); see `harness.config.ModelConfig`.
+        tokenizer, timeout_s, max_retries: `openai:` specs: the served model's tokenizer, seconds to
+            wait for a reply, retries (`harness.config.ModelConfig`).
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -45,6 +49,10 @@ class ServerOptions(_Wire):
     max_new_tokens: int | None = Field(None, ge=1)
     sessions_dir: Path | None = None
     adapter_dir: Path | None = None
+    context_window: int | None = Field(None, ge=256)
+    tokenizer: str | None = Field(None, min_length=1)
+    timeout_s: float | None = Field(None, gt=0)
+    max_retries: int | None = Field(None, ge=0)
 
     def merged(self, update: dict[str, Any]) -> "ServerOptions":
         """These options with the (wire-named) non-null values of `update` on top.

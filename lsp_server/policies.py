@@ -9,6 +9,7 @@ are stateful (they play turns in order) and never shared.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any, Sequence
@@ -51,22 +52,26 @@ class PolicyCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._loaded: dict[tuple[str, str | None, str | None], Policy] = {}
+        self._loaded: dict[tuple[str, str | None, str, str | None], Policy] = {}
 
-    def get(self, spec: str, *, endpoint: str | None, api_key: str | None, adapter: Path | None) -> Policy:
+    def get(self, spec: str, *, endpoint: str | None, api_key: str | None, adapter: Path | None,
+            **options: Any) -> Policy:
         """The policy for `spec` with `adapter` (a LoRA folder) loaded, from the cache when possible.
 
+        `options` are further `load_policy` keywords (window, tokenizer, timeouts); a change of
+        them loads the policy again.
         Raises: ConfigError for a bad spec, PolicyError when the backend cannot be loaded.
         """
         from harness.policies import load_policy
 
         if spec.startswith("scripted:"):
             return load_policy(spec)
-        key = (spec, endpoint, str(adapter) if adapter else None)
+        key = (spec, endpoint, json.dumps(options, sort_keys=True, default=str), str(adapter) if adapter else None)
         with self._lock:
             if key not in self._loaded:
                 for old in [k for k in self._loaded if k[:2] == key[:2]]:
                     del self._loaded[old]
-                policy = load_policy(spec, endpoint=endpoint, api_key=api_key, adapter=str(adapter) if adapter else None)
+                policy = load_policy(spec, endpoint=endpoint, api_key=api_key, adapter=str(adapter) if adapter else None,
+                                     **options)
                 self._loaded[key] = policy if spec.startswith("openai:") else SerializedPolicy(policy)
             return self._loaded[key]

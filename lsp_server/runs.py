@@ -8,6 +8,8 @@ LSP connection; events reach the loop through the `on_event` callback the server
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import logging
 import threading
@@ -183,9 +185,11 @@ def execute(
     open_log: Callable[[], Any],
     on_event: Callable[[Any], None],
     model_spec: str,
+    on_text: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Run the agent for `session` (in a worker thread). Never raises: failures become the
     `failed` state with the error text. The workspace is closed before returning, whatever happens.
+    `on_text` receives the reply text as it streams, for policies that stream (`openai:`).
     """
     from harness.agent import Agent
     from harness.errors import RecapError
@@ -199,14 +203,16 @@ def execute(
         workspace = session.workspace = open_workspace()
         log = open_log()
         agent = Agent(policy=loaded, workspace=workspace, config=config, log=log, on_event=on_event, cancel=session.cancel)
-        result = agent.run(
-            session.prompt,
-            origin=workspace.origin,
-            source="lsp",
-            adapter_id=session.adapter_id,
-            session_id=session.id,
-            meta={"lsp_session": session.id, "model_spec": model_spec},
-        )
+        streams = on_text is not None and hasattr(loaded, "streaming")
+        with loaded.streaming(on_text) if streams else contextlib.nullcontext():
+            result = agent.run(
+                session.prompt,
+                origin=workspace.origin,
+                source="lsp",
+                adapter_id=session.adapter_id,
+                session_id=session.id,
+                meta={"lsp_session": session.id, "model_spec": model_spec},
+            )
         if result.stop_reason == "cancelled" or session.cancel.is_set():
             return RunOutcome("cancelled", None, None, log)
         if result.stop_reason == "error":

@@ -352,14 +352,19 @@ class RecapServer(LanguageServer):
         def on_event(event: Any) -> None:
             loop.call_soon_threadsafe(self._on_agent_event, session, event)
 
+        def on_text(text: str) -> None:
+            loop.call_soon_threadsafe(self.send_event, session, {"type": "delta", "text": text})
+
         try:
             config = RecapConfig.load(None, max_steps=options.max_steps, max_new_tokens=options.max_new_tokens,
-                                      summarize_at=options.summarize_at, hard_limit=options.hard_limit)
+                                      summarize_at=options.summarize_at, hard_limit=options.hard_limit,
+                                      context_window=options.context_window, tokenizer=options.tokenizer,
+                                      timeout_s=options.timeout_s, max_retries=options.max_retries)
         except RecapError as exc:
             self._finish(session, "failed", str(exc))
             return
         try:
-            outcome = await self._in_thread(session, options, config, on_event)
+            outcome = await self._in_thread(session, options, config, on_event, on_text)
         except asyncio.CancelledError:  # the connection is going away: stop the worker too
             session.stop()
             raise
@@ -367,7 +372,7 @@ class RecapServer(LanguageServer):
         self._finish(session, outcome.state, outcome.message)
 
     async def _in_thread(self, session: EditorSession, options: ServerOptions, config: Any,
-                         on_event: Any) -> Any:
+                         on_event: Any, on_text: Any) -> Any:
         """`runs.execute` in a worker thread, with the shared policies, the configured backend and
         the session file."""
         from harness.session import SessionWriter
@@ -377,11 +382,13 @@ class RecapServer(LanguageServer):
             execute,
             session,
             policy=lambda: self.policies.get(options.model, endpoint=options.endpoint, api_key=options.api_key,
-                                             adapter=session.adapter_path),
+                                             adapter=session.adapter_path,
+                                             **config.model.policy_options(options.model)),
             open_workspace=lambda: open_backend(options.backend, session.repo, buffers=session.buffers),
             config=config,
             open_log=lambda: SessionWriter(session.session_path),
             on_event=on_event,
+            on_text=on_text,
             model_spec=options.model,
         )
 

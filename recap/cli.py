@@ -8,7 +8,7 @@ import logging
 
 import typer
 
-from recap import cmd_backend, cmd_run, cmd_serve, cmd_train
+from recap import cmd_backend, cmd_doctor, cmd_run, cmd_serve, cmd_train
 
 app = typer.Typer(
     name="recap",
@@ -38,7 +38,7 @@ def _main(
     )
 
 
-for _module in (cmd_run, cmd_backend, cmd_serve, cmd_train):
+for _module in (cmd_run, cmd_doctor, cmd_backend, cmd_serve, cmd_train):
     _module.register(app)
 
 

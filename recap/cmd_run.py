@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -37,6 +39,26 @@ def _describe(event: Any) -> str | None:
     return None
 
 
+class _LinePrinter:
+    """Prints a streamed reply line by line (dim), so that a long reply is not minutes of silence."""
+
+    def __init__(self, console: Any) -> None:
+        self.console = console
+        self.pending = ""
+
+    def __call__(self, text: str) -> None:
+        from rich.markup import escape
+
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            self.console.print(f"[dim]  | {escape(line)}[/dim]")
+
+    def flush(self) -> None:
+        if self.pending:
+            self("\n")
+
+
 def run(
     task: str = typer.Argument(..., help="What the agent should do, in plain words."),
     repo: Path = typer.Option(Path("."), "--repo", help="The repository to work on (never modified unless --apply)."),
@@ -55,6 +77,10 @@ def run(
     sessions_dir: Optional[Path] = typer.Option(None, "--sessions-dir", help="Where the session file goes (default: ~/.local/share/recap/sessions)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a local model (0: greedy)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the final diff to --repo (only when asked)."),
+    context_window: Optional[int] = typer.Option(None, "--context-window", help="The model's window in tokens, when the server does not report it (a cap for local models)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai: specs: the served model's tokenizer (folder, hub name or GGUF file) for exact token counts."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: specs: seconds to wait for a reply (per attempt)."),
+    retries: Optional[int] = typer.Option(None, "--retries", help="openai: specs: retries after a timeout, a lost connection, HTTP 429 or 5xx."),
 ) -> None:
     """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
 
@@ -94,6 +120,10 @@ def run(
             hard_limit=hard_limit,
             keep_recent=keep_recent,
             max_summaries=max_summaries,
+            context_window=context_window,
+            tokenizer=tokenizer,
+            timeout_s=timeout,
+            max_retries=retries,
         )
         backend_options = backend_config(backend, read_backend_options(config_file, backend))
         log = SessionWriter(path)
@@ -102,7 +132,8 @@ def run(
     try:
         with console.status(f"loading policy {escape(model)}..."):
             policy = load_policy(model, endpoint=endpoint, api_key=api_key,
-                                 adapter=str(adapter) if adapter else None, **options)
+                                 adapter=str(adapter) if adapter else None, **options,
+                                 **config.model.policy_options(model))
         with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
             workspace = open_backend(backend, repo, config=backend_options)
     except RecapError as exc:
@@ -113,13 +144,16 @@ def run(
     console.print(f"[dim]workspace {escape(workspace.root)} ({escape(workspace.origin.sandbox)})[/dim]")
 
     def on_event(event: Any) -> None:
+        streamed.flush()
         line = _describe(event)
         if line:
             console.print(line)
 
     score: dict[str, Any] = {}
+    streamed = _LinePrinter(console)
+    stream = policy.streaming(streamed) if hasattr(policy, "streaming") else contextlib.nullcontext()
     try:
-        with console.status("agent running... (Ctrl-C stops it)"):
+        with console.status("agent running... (Ctrl-C stops it)"), stream:
             result = Agent(policy=policy, workspace=workspace, config=config, log=log, on_event=on_event).run(
                 task, session_id=session_id, verify=verify
             )

@@ -10,9 +10,9 @@ and the same per-rollout sampling seeds, so the learner sees the same data which
     EndpointRunner    `--rollout-endpoint URL`: sampling through an OpenAI-compatible server (vLLM);
                       after each step the adapter is saved and pushed with vLLM's dynamic LoRA
                       loading (`POST /v1/load_lora_adapter`), and later rollouts ask for it by name.
-                      The server returns text and logprobs, not token ids, so prompts and completions
-                      are re-tokenized with the learner's tokenizer; a turn whose token count does not
-                      match the server's logprobs is kept out of training (counted as untrainable)
+                      The server names each sampled token by id (`return_tokens_as_token_ids`);
+                      prompts are rendered with the learner's tokenizer; a turn without ids is kept
+                      out of training (`rollout/turns_untrainable`), never re-tokenized to guess them
 
 A runner has `run(starts, seeds, log_dir=, adapter_id=) -> list[list[Rollout]]` (one list per
 group), `sync(policy, step=, out_dir=)` after each optimizer step, and `close()`.
@@ -160,12 +160,19 @@ def _http_json(url: str, payload: dict[str, Any] | None = None, *, timeout_s: fl
 
 
 class TokenizedEndpointPolicy:
-    """An `OpenAIPolicy` whose turns carry token ids from the learner's tokenizer.
+    """An `OpenAIPolicy` whose turns carry the token ids the server sampled.
 
-    `prompt_ids` are the learner's chat-template rendering of the same messages; `completion_ids`
-    the tokenization of the returned text plus the stop token. When their count disagrees with the
-    server's logprobs (a different tokenization), the logprobs are dropped and the turn is
-    untrainable rather than mis-aligned.
+    The server is asked to name each logprob's token by id (vLLM's `return_tokens_as_token_ids`);
+    `completion_ids` are those ids, one per logprob, so ids and logprobs are aligned by
+    construction. The text is never re-tokenized to guess them: "Hello" sampled as `H` + `ello`
+    re-tokenizes as one token, and a count that happens to match would put logprobs on the wrong
+    tokens. A turn whose ids the server did not give (another server, or ids missing) keeps
+    `logprobs=None`: it is untrainable, counted in `rollout/turns_untrainable`, never mis-aligned.
+    `prompt_ids` are the learner's chat-template rendering of the same messages.
+
+    Temperature: the server samples at `temperature` with top_p 1, the learner divides its logits
+    by the same `cfg.temperature` (`rl.train.turn_logprobs`). vLLM must report the logprobs of the
+    distribution it sampled from (`--logprobs-mode processed_logprobs`) unless temperature is 1.
     """
 
     def __init__(self, *, base_url: str, model: str, chat: Any, stop_id: int, temperature: float, seed: int) -> None:
@@ -177,8 +184,8 @@ class TokenizedEndpointPolicy:
         from harness.policies.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
 
         self.inner = OpenAIPolicy(config=OpenAIPolicyConfig(
-            model=self.model, base_url=self.base_url, temperature=self.temperature, seed=seed, logprobs=True,
-            context_window=None))
+            model=self.model, base_url=self.base_url, temperature=self.temperature, top_p=1.0, seed=seed,
+            logprobs=True, probe=False, extra_body={"return_tokens_as_token_ids": True}))
         self.spec = self.inner.spec
         self.context_window = self.inner.context_window
 
@@ -194,14 +201,12 @@ class TokenizedEndpointPolicy:
 
         out = self.inner.generate(messages, tools, max_new_tokens=max_new_tokens, kind=kind)
         prompt = self.chat.encode(messages, list(tools) if tools and kind == "action" else None)
-        body = list(self.chat.tokenizer(out.text, add_special_tokens=False)["input_ids"])
-        completion = body + [self.stop_id] if out.finish_reason == "stop" else body
-        logprobs = out.logprobs
-        if logprobs is not None and len(logprobs) == len(body) and len(completion) > len(body):
-            completion = body  # the server did not report the stop token's logprob
-        if logprobs is None or len(logprobs) != len(completion):
-            logprobs = None
-        return dataclasses.replace(out, prompt_ids=tuple(prompt), completion_ids=tuple(completion), logprobs=logprobs)
+        ids, logprobs = out.completion_ids, out.logprobs
+        if ids is None or logprobs is None or len(ids) != len(logprobs) or not ids:
+            if logprobs is not None:
+                log.info("turn kept out of training: the server gave no token ids for its %d logprobs", len(logprobs))
+            ids, logprobs = None, None
+        return dataclasses.replace(out, prompt_ids=tuple(prompt), completion_ids=ids, logprobs=logprobs)
 
 
 class EndpointRunner:

@@ -468,12 +468,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
                             "every group's rollouts scored the same (all failed, all passed, or masked). Try easier "
                             "sessions, a larger --group, a higher --temperature, or --overlong ignore.",
                             step + 1, steps_without_signal)
-            turns, turn_adv, specs = [], [], []
+            turns, turn_adv, specs, untrainable = [], [], [], 0
             for rollout, adv in zip(rollouts, advantages):
+                trajectory = trajectory_from_events(rollout.events)
+                untrainable += trajectory.untrainable_turns
                 if adv == 0.0 and cfg.kl_coef == 0:
                     continue  # no gradient from this episode
                 by_name = {t["function"]["name"]: t for t in rollout.events[0].tools}
-                for turn in trajectory_from_events(rollout.events).turns:
+                for turn in trajectory.turns:
                     turns.append(turn)
                     turn_adv.append(adv)
                     specs.append(by_name)
@@ -501,6 +503,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, on_step: Callable[[int, dic
                 "rollout/turns_trained": float(sum(gather_objects([len(turns)]))),
                 "rollout/groups_with_signal": signal_groups / all_groups if all_groups else None,
                 "rollout/steps_without_signal": float(steps_without_signal),
+                "rollout/turns_untrainable": float(sum(gather_objects([untrainable]))),
                 "time/rollout_s": t1 - t0, "time/learn_s": t2 - t1, "time/checkpoint_s": t3 - t2, "time/step_s": t3 - t0,
             }
             if metrics is not None:

@@ -29,5 +29,14 @@ fi
 
 .venv/bin/recap backend build-image --name recap-base
 
+# The real llama.cpp server for the `llamacpp` tests. Built from source with cmake: 15-35 minutes on
+# 2 cores the first time; pip's wheel cache makes later installs on the same machine instant.
+if ! .venv/bin/python -c "import llama_cpp.server" >/dev/null 2>&1; then
+  echo "services: installing llama-cpp-python[server] (first build: 15-35 minutes)"
+  start=$(date +%s)
+  .venv/bin/pip install -q 'llama-cpp-python[server]>=0.3,<0.4'
+  echo "services: llama-cpp-python built in $(( $(date +%s) - start )) s"
+fi
+
 command -v node >/dev/null && command -v npm >/dev/null || {
   echo "services: node and npm are needed for the editor plugin tests" >&2; exit 1; }

@@ -38,6 +38,9 @@ def load_policy(
     top_p: float = 1.0,
     adapter: str | None = None,
     context_window: int | None = None,
+    tokenizer: str | None = None,
+    timeout_s: float | None = None,
+    max_retries: int | None = None,
 ) -> "Policy":
     """Build the policy a spec names.
 
@@ -49,12 +52,19 @@ def load_policy(
             off otherwise). Not available for `openai:` and `scripted:`.
         seed, temperature, top_p: sampling (local models; temperature/seed also sent to servers).
         adapter: a peft LoRA adapter folder to load onto a local model.
-        context_window: cap on the context window in tokens (default: the model's own).
+        context_window: the window in tokens: a cap for local models (default: the model's own);
+            for `openai:` the window when the server does not report one (see `openai_policy`).
+        tokenizer: `openai:` only: the served model's tokenizer (folder, hub name or GGUF) for
+            exact token counts.
+        timeout_s, max_retries: `openai:` only: seconds to wait for a reply, retries after a
+            timeout or a lost connection (defaults: `OpenAIPolicyConfig`'s).
     Raises:
         ConfigError: an unknown spec (the message lists the valid forms), a missing model or adapter,
             or an option the spec does not support.
     """
     kind, _, rest = spec.partition(":")
+    if kind != "openai" and (tokenizer or timeout_s is not None or max_retries is not None):
+        raise ConfigError("--tokenizer, --timeout and --retries apply to openai: specs only")
     if spec in ("embedded", "tiny") or (kind == "hf" and rest):
         from harness.policies import loading
         from harness.policies.transformers_policy import TransformersPolicy, TransformersPolicyConfig
@@ -84,9 +94,10 @@ def load_policy(
         from harness.policies.openai_policy import OpenAIPolicy, OpenAIPolicyConfig
 
         model_name, _, url = rest.partition("@")
+        extra = {k: v for k, v in (("timeout_s", timeout_s), ("max_retries", max_retries)) if v is not None}
         config = OpenAIPolicyConfig(
             model=model_name, base_url=url or endpoint, api_key=api_key, temperature=temperature,
-            top_p=top_p, seed=seed, context_window=context_window,
+            top_p=top_p, seed=seed, context_window=context_window, tokenizer_path=tokenizer, **extra,
         )
         return OpenAIPolicy(config=config, spec=spec)
     raise ConfigError(f"unknown model spec {spec!r}; valid forms: {', '.join(SPEC_FORMS)}")

@@ -44,6 +44,25 @@ def tools_system_block(tools: Sequence[dict[str, Any]]) -> str:
     return TOOLS_PREAMBLE + specs + TOOLS_INSTRUCTIONS
 
 
+def with_tools_block(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> list[Message]:
+    """`messages` with `tools_system_block(tools)` appended to the system message (added first when
+    there is none)."""
+    msgs = list(messages)
+    block = tools_system_block(tools)
+    if msgs and msgs[0].get("role") == "system":
+        msgs[0] = {**msgs[0], "content": f"{msgs[0].get('content') or ''}\n\n{block}".lstrip()}
+    else:
+        msgs.insert(0, {"role": "system", "content": block})
+    return msgs
+
+
+def as_text_tool_messages(messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> list[Message]:
+    """The Hermes text equivalent of `messages` + `tools` (module docstring), for a server or
+    template that takes neither `tools` nor `tool_calls`."""
+    msgs = [ChatFormat.adapt(m) for m in messages]
+    return with_tools_block(msgs, tools) if tools else msgs
+
+
 class ChatFormat:
     """Renders messages with a tokenizer's chat template, filling in what the template ignores.
 
@@ -76,14 +95,9 @@ class ChatFormat:
     def render(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]] | None) -> str:
         """The prompt text: template applied with the generation prompt (assistant turn opened)."""
         tools = list(tools) if tools else None
-        msgs = [self._adapt(m) for m in messages] if not self.native_tool_calls else list(messages)
+        msgs = [self.adapt(m) for m in messages] if not self.native_tool_calls else list(messages)
         if tools and not self.native_tools:
-            block = tools_system_block(tools)
-            if msgs and msgs[0].get("role") == "system":
-                msgs[0] = {**msgs[0], "content": f"{msgs[0].get('content') or ''}\n\n{block}".lstrip()}
-            else:
-                msgs.insert(0, {"role": "system", "content": block})
-            tools = None
+            msgs, tools = with_tools_block(msgs, tools), None
         return self.tokenizer.apply_chat_template(
             msgs, tools=tools if self.native_tools else None, tokenize=False, add_generation_prompt=True
         )
@@ -93,7 +107,7 @@ class ChatFormat:
         return list(self.tokenizer(self.render(messages, tools), add_special_tokens=False)["input_ids"])
 
     @staticmethod
-    def _adapt(message: Message) -> Message:
+    def adapt(message: Message) -> Message:
         role = message.get("role")
         if role == "assistant" and message.get("tool_calls"):
             content = message.get("content") or ""

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from harness.errors import ConfigError, PolicyError
 from harness.policies.chat_format import ChatFormat
 from harness.policies.kv_cache import PrefixCache, weights_key
-from harness.toolcall import parse_tool_calls
+from harness.toolcall import parse_text_calls
 from harness.types import Completion, Message, TurnKind
 
 log = logging.getLogger(__name__)
@@ -308,11 +308,11 @@ class TransformersPolicy:
         """Decode and parse a sampled turn into a `Completion`."""
         body = completion[:-1] if completion and completion[-1] in self.stop_ids else completion
         text = self.tokenizer.decode(body, skip_special_tokens=True)
-        calls, errors = (), ()
+        calls, errors, call_format = (), (), None
         if kind == "action":
             turn, self._turns = self._turns, self._turns + 1
-            _, parsed, problems = parse_tool_calls(text, turn=turn)
-            calls, errors = tuple(parsed), tuple(problems)
+            parsed = parse_text_calls(text, turn=turn)
+            calls, errors, call_format = tuple(parsed.calls), tuple(parsed.errors), parsed.format
             if masker is not None and finish == "length" and not calls:
                 errors = (f"the tool call was cut at max_new_tokens={max_new_tokens} before it was complete",)
         return Completion(
@@ -320,7 +320,7 @@ class TransformersPolicy:
             prompt_ids=tuple(prompt_ids), completion_ids=tuple(completion), logprobs=tuple(logprobs),
             constrained=masker is not None, finish_reason=finish,
             prompt_tokens=len(prompt_ids), completion_tokens=len(completion), encoded_tokens=encoded,
-            duration_s=time.monotonic() - start_time,
+            duration_s=time.monotonic() - start_time, tool_call_format=call_format,
         )
 
     def _draw(self, logits: Any, masker: Any, generator: Any) -> tuple[int, float]:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_openai import FakeServer, reply
 
 from harness.errors import ConfigError, PolicyError
 from harness.policies import load_policy
@@ -19,51 +18,11 @@ TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "
 MESSAGES = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Read setup.py"}]
 
 
-def reply(message: dict, *, finish: str = "stop", logprobs: list[float] | None = None) -> dict:
-    choice = {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
-    if logprobs is not None:
-        choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []}
-                                          for i, lp in enumerate(logprobs)]}
-    return {"id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
-            "usage": {"prompt_tokens": 42, "completion_tokens": len(logprobs or [1]), "total_tokens": 43}}
-
-
-class FakeServer:
-    """Answers POST /v1/chat/completions with the queued (status, body) pairs; records requests."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        self.replies: list[tuple[int, dict]] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server API)
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append({"path": self.path, **body})
-                server.headers.append({k.lower(): v for k, v in self.headers.items()})
-                status, payload = server.replies.pop(0)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
 @pytest.fixture
 def server():
     srv = FakeServer()
     yield srv
-    srv.httpd.shutdown()
-    srv.httpd.server_close()
+    srv.close()
 
 
 def test_structured_tool_calls_round_trip(server):
@@ -80,6 +39,7 @@ def test_structured_tool_calls_round_trip(server):
     assert sent["path"] == "/v1/chat/completions" and server.headers[0]["authorization"] == "Bearer sk-test"
     assert (sent["model"], sent["max_tokens"], sent["temperature"], sent["seed"]) == ("my-model", 64, 0.2, 7)
     assert sent["tools"] == TOOLS and sent["messages"] == MESSAGES and sent["logprobs"] is True
+    assert sent["tool_choice"] == "auto"  # llama-cpp-python ignores tools without it
 
     history = MESSAGES + [assistant_message(c.text, c.tool_calls), tool_message("call_abc", "read_file", "print(1)")]
     second = policy.generate(history, TOOLS, max_new_tokens=64)

@@ -58,7 +58,8 @@ class _FakeVLLM(BaseHTTPRequestHandler):
     """Serves /v1/models, /v1/chat/completions and vLLM's LoRA loading endpoints.
 
     Chat: a seed with bit 1 clear fixes calc.py on its first turn, the others finish without changing
-    anything, so a group has a reward spread. Logprobs: one per token of the learner's tokenizer.
+    anything, so a group has a reward spread. Logprobs: one per token of the learner's tokenizer,
+    the stop token included, named `token_id:N` when the request asks `return_tokens_as_token_ids`.
     """
 
     log: list = []
@@ -89,11 +90,14 @@ class _FakeVLLM(BaseHTTPRequestHandler):
         else:
             call = {"name": "finish", "arguments": {"message": "done"}}
         text = "<tool_call>\n" + json.dumps(call, separators=(",", ":")) + "\n</tool_call>"
-        n = len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + 1
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        n = len(ids)
+        named = data.get("return_tokens_as_token_ids")  # vLLM names the sampled tokens by id
         self._reply({
             "id": "x", "object": "chat.completion", "created": 0, "model": data["model"],
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text},
-                         "logprobs": {"content": [{"token": "t", "logprob": -0.5, "bytes": None, "top_logprobs": []}] * n}}],
+                         "logprobs": {"content": [{"token": f"token_id:{i}" if named else "t", "logprob": -0.5,
+                                                   "bytes": None, "top_logprobs": []} for i in ids]}}],
             "usage": {"prompt_tokens": 10, "completion_tokens": n, "total_tokens": 10 + n},
         })
 

@@ -60,7 +60,8 @@ def test_rollout_endpoint_samples_remotely_and_receives_each_adapter(task_sessio
     models = [d["model"] for path, d in log if path == "/v1/chat/completions"]
     assert models[0] == "base-model" and "recap-step-1" in models
     assert [d["lora_name"] for path, d in log if path == "/v1/unload_lora_adapter"] == ["recap-step-1"]
-    # the group has passing and failing rollouts, and the re-tokenized turns were trained on
+    # the group has passing and failing rollouts, and the turns (ids from the server) were trained on
     first = steps[0]
     assert 0 < first["rollout/pass_rate"] < 1
     assert first["loss/tokens"] > 0 and first["rollout/turns_trained"] > 0
+    assert first["rollout/turns_untrainable"] == 0  # every turn came with the server's token ids
