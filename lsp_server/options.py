@@ -31,6 +31,8 @@ class ServerOptions(_Wire):
         sessions_dir: where session files go (default: `harness.session.default_sessions_dir()`).
         adapter_dir: folder watched for LoRA adapters (subfolders holding `adapter_config.json`);
             the newest is loaded for each new session.
+        confirm_accept: send accepted changes with `needsConfirmation` (the client previews them
+            before applying); off: accepting applies at once.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -45,6 +47,7 @@ class ServerOptions(_Wire):
     max_new_tokens: int | None = Field(None, ge=1)
     sessions_dir: Path | None = None
     adapter_dir: Path | None = None
+    confirm_accept: bool = False
 
     def merged(self, update: dict[str, Any]) -> "ServerOptions":
         """These options with the (wire-named) non-null values of `update` on top.
