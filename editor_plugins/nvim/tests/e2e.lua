@@ -189,7 +189,7 @@ H.test(":RecapCancel stops a running task", function()
   end, "the session id", log)
   local id = recap.state.last_run
   H.wait(TIMEOUT_MS, function()
-    return log():find("%[" .. id:sub(1, 8) .. "%] turn 0") ~= nil
+    return log():find("[" .. ui.short(id) .. "] turn 0", 1, true) ~= nil
   end, "the first turn", log)
   vim.cmd("RecapCancel")
   H.wait(TIMEOUT_MS, function()
