@@ -136,3 +136,12 @@ H.test("a server error is said once", function()
     "recap: recap.accept failed: session s is accepted", "no doubled command name")
   H.eq(recap.error_text("recap.run", { message = "task: must not be blank" }), "recap: recap.run failed: task: must not be blank", "other messages whole")
 end)
+
+H.test(":help recap opens the plugin's help", function()
+  vim.cmd.helptags(H.plugin_root .. "/doc")
+  for _, tag in ipairs({ "recap", "recap-setup", ":RecapFix", "recap-health" }) do
+    vim.cmd.help(tag)
+    H.eq(vim.fn.expand("%:t"), "recap.txt", tag)
+    vim.cmd.helpclose()
+  end
+end)
