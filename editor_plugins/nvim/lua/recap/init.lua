@@ -117,6 +117,13 @@ local function client_config(opts)
         return result
       end,
     },
+    -- the server's code actions ("Ask recap to fix") carry recap.run: start it as :Recap does, so
+    -- its progress and preview are followed like any run
+    commands = {
+      [M.server_commands.run] = function(command)
+        M._start(command.arguments[1])
+      end,
+    },
     on_init = function(client)
       M._with_all_diagnostics(client)
     end,
