@@ -7,7 +7,8 @@
  * `recap.pythonPath` (RECAP_PYTHON; PYTHONPATH passes through code-server to the server), a
  * `scripted:` model (the turns come from a file the test rewrites before each run) and a sessions
  * folder. Checked: activation, the server's start, a run on a selection with its progress, the diff
- * tab, ✓ Accept with the file changed on disk, ✗ Reject, and Cancel from the progress notification.
+ * tab, ✓ Accept with the file changed on disk, ✗ Reject, Cancel from the progress notification, and
+ * what a user reads when the server cannot start (a wrong `recap.pythonPath`).
  *
  * Needs e2e/install.sh's cache (RECAP_E2E_CACHE, default ../.e2e-cache), dist/recap.vsix
  * (`npm run package`) and Chromium (CHROMIUM, default /usr/bin/chromium).
@@ -39,6 +40,7 @@ const ws = join(root, "ws");
 const script = join(root, "turns.json");
 const sessions = join(root, "sessions");
 let server;
+let settingsFile;
 let browser;
 let page;
 const serverOutput = [];
@@ -120,7 +122,8 @@ before(async () => {
   const userData = join(root, "user-data");
   const extensions = join(root, "extensions");
   mkdirSync(join(userData, "User"), { recursive: true });
-  writeFileSync(join(userData, "User/settings.json"), JSON.stringify({
+  settingsFile = join(userData, "User/settings.json");
+  writeFileSync(settingsFile, JSON.stringify({
     "recap.pythonPath": python,
     "recap.model": `scripted:${script}`,
     "recap.sessionsDir": sessions,
@@ -248,4 +251,18 @@ test("Cancel in the progress notification stops the run", async () => {
   }
   await until("the cancelled state", statusBar, (text) => text.includes("recap: cancelled"));
   assert.ok(Date.now() - started < 20_000, "the run stops well before its 30 s of naps");
+});
+
+test("a server that cannot start says what to check", async () => {
+  const settings = JSON.parse(readFileSync(settingsFile, "utf8"));
+  writeFileSync(settingsFile, JSON.stringify({ ...settings, "recap.pythonPath": join(root, "no-such-python") }));
+  await page.reload(); // the window starts again with the settings on disk, as after a restart
+  await page.waitForSelector(".monaco-workbench", { timeout: TIMEOUT_MS });
+  const expected = (text) => text.includes("the recap server is not running") && text.includes("recap.pythonPath") &&
+    text.includes("no-such-python");
+  await until("the start failure message", async () => (await notifications()).join("\n"), expected);
+  await page.click(".notifications-toasts .notification-toast .codicon-notifications-clear").catch(() => {});
+  await palette("recap: Run task"); // a command that needs the server says the same, not "Client is not running"
+  const text = await until("the message of Run task", async () => (await notifications()).join("\n"), expected);
+  assert.ok(!text.includes("Client is not running"), text);
 });

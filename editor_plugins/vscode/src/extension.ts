@@ -158,7 +158,10 @@ class RecapExtension {
     const restart = needsRestart(this.settings, next);
     this.settings = next;
     if (restart) {
-      await this.client?.restart();
+      // a new command line needs a new client: LanguageClient.restart() would rerun the old one
+      await this.client?.stop().catch(() => undefined);
+      await this.client?.dispose().catch(() => undefined);
+      await this.start();
     } else {
       await this.client?.sendNotification(DidChangeConfigurationNotification.type, { settings: { recap: serverOptions(next) } });
     }
