@@ -122,8 +122,8 @@ def tui(tmp_path: Path) -> Any:
         subprocess.run(["git", *args], cwd=workspace, env=env, check=True)
     ui = Tui(tmp_path)
     ui.next_run(tool_call("finish", message="nothing"))
-    ui.start(workspace)
     try:
+        ui.start(workspace)
         yield ui, workspace
     finally:
         ui.stop()
