@@ -2,7 +2,11 @@
 # Build and test the editor plugins: the exact commands CI runs (pytest calls this through
 # tests/editors/test_plugins.py).
 #
-#   editor_plugins/test.sh [vscode|nvim|all]      (default: all)
+#   editor_plugins/test.sh [vscode|vscode-workbench|nvim|all]      (default: all)
+#
+# vscode-workbench runs the packaged extension in a real VS Code (code-server in headless Chromium);
+# its first run installs code-server and puppeteer-core into vscode/.e2e-cache (e2e/install.sh) and
+# needs Chromium (/usr/bin/chromium, or CHROMIUM) and ripgrep (scripts/services.sh installs both).
 #
 # Needs node >= 20 with npm (registry or npm cache reachable for `npm ci`), Neovim >= 0.10 and
 # recap installed in a Python environment; the end-to-end tests start its language server.
@@ -22,8 +26,7 @@ fi
 export RECAP_PYTHON
 bin=$(dirname "$(command -v "$RECAP_PYTHON")")
 
-vscode() {
-  echo "== VS Code extension (editor_plugins/vscode)"
+vscode_package() {
   cd "$here/vscode"
   # npm ci from the committed lock file (skipped when node_modules was installed from this very lock)
   local stamp=node_modules/.recap-lock.sha256 lock
@@ -36,7 +39,19 @@ vscode() {
   npm run build                  # esbuild bundle -> dist/extension.js
   npm run package                # vsce -> dist/recap.vsix
   "$RECAP_PYTHON" -c 'import sys, zipfile; sys.exit("extension/dist/extension.js" not in zipfile.ZipFile("dist/recap.vsix").namelist())' 
+}
+
+vscode() {
+  echo "== VS Code extension (editor_plugins/vscode)"
+  vscode_package
   npm test                       # tsc -> out/, node --test: unit tests + e2e against recap serve
+}
+
+vscode_workbench() {
+  echo "== VS Code extension in a real workbench (code-server + headless Chromium)"
+  vscode_package
+  bash e2e/install.sh            # once: code-server and puppeteer-core into .e2e-cache
+  node --test --test-timeout=600000 e2e/workbench.test.mjs
 }
 
 nvim_plugin() {
@@ -54,7 +69,8 @@ nvim_plugin() {
 
 case "$part" in
   vscode) vscode ;;
+  vscode-workbench) vscode_workbench ;;
   nvim) nvim_plugin ;;
-  all) (vscode) && (nvim_plugin) ;;
-  *) echo "usage: $0 [vscode|nvim|all]" >&2; exit 2 ;;
+  all) (vscode) && (vscode_workbench) && (nvim_plugin) ;;
+  *) echo "usage: $0 [vscode|vscode-workbench|nvim|all]" >&2; exit 2 ;;
 esac

@@ -5,7 +5,9 @@ with the text the run started from. Unchanged: the agent's edits apply as they a
 change is rebased with a three-way merge (`lsp_server.merge.merge3`); when the user's edits overlap
 the agent's, the file is a conflict and nothing at all is sent. Open documents are edited at their
 current version, closed ones with `version: null`; new and deleted files become `CreateFile` /
-`DeleteFile` operations. Every change carries the annotation `recap` with `needsConfirmation`.
+`DeleteFile` operations. Every change carries the annotation `recap`; its `needsConfirmation` is
+set only when the user asked to review an accepted change once more (`confirm`): accepting is the
+user's confirmation already.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ def plan_edit(
     current: Current,
     uri: Callable[[str], str],
     label: str,
+    confirm: bool = False,
 ) -> EditPlan:
     """Build the workspace edit for `files`.
 
@@ -76,7 +79,9 @@ def plan_edit(
         current: path -> (the user's text now or None when absent, the open document's version or
             None, whether it is open).
         uri: path -> document URI.
-        label: shown by the client with the confirmation.
+        label: shown by the client with the change (its undo entry, its preview).
+        confirm: mark the change `needsConfirmation` (VS Code then shows its refactor preview
+            before applying).
     """
     changes: list[DocumentChange] = []
     conflicts: list[str] = []
@@ -118,7 +123,7 @@ def plan_edit(
     edit = types.WorkspaceEdit(
         document_changes=changes,
         change_annotations={
-            ANNOTATION: types.ChangeAnnotation(label=label, needs_confirmation=True,
+            ANNOTATION: types.ChangeAnnotation(label=label, needs_confirmation=confirm,
                                                description="a change proposed by the recap agent"),
         },
     )

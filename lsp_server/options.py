@@ -35,6 +35,8 @@ class ServerOptions(_Wire):
             for local models); see `harness.config.ModelConfig`.
         tokenizer, timeout_s, max_retries: `openai:` specs: the served model's tokenizer, seconds to
             wait for a reply, retries (`harness.config.ModelConfig`).
+        confirm_accept: send accepted changes with `needsConfirmation` (the client previews them
+            before applying); off: accepting applies at once.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -53,6 +55,7 @@ class ServerOptions(_Wire):
     tokenizer: str | None = Field(None, min_length=1)
     timeout_s: float | None = Field(None, gt=0)
     max_retries: int | None = Field(None, ge=0)
+    confirm_accept: bool = False
 
     def merged(self, update: dict[str, Any]) -> "ServerOptions":
         """These options with the (wire-named) non-null values of `update` on top.

@@ -478,6 +478,7 @@ class RecapServer(LanguageServer):
             current=lambda p: self.current(session.repo, p),
             uri=lambda p: from_fs_path(str(session.repo / p)),
             label=f"recap: {session.task}",
+            confirm=self.options.confirm_accept,
         )
         if plan.conflicts:
             return {**refused, "message": "not applied, nothing changed: " + "; ".join(plan.conflicts)}

@@ -40,3 +40,17 @@ fi
 
 command -v node >/dev/null && command -v npm >/dev/null || {
   echo "services: node and npm are needed for the editor plugin tests" >&2; exit 1; }
+
+# the editor tests drive a real VS Code in Chromium (tests/editors) and Neovim's TUI inside tmux
+editor_tools=()
+command -v chromium >/dev/null || editor_tools+=(chromium)
+command -v tmux >/dev/null || editor_tools+=(tmux)
+if ((${#editor_tools[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "services: installing ${editor_tools[*]} with apt-get"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${editor_tools[@]}" >/dev/null
+  else
+    echo "services: the editor tests need ${editor_tools[*]} (apt-get install ${editor_tools[*]})" >&2; exit 1
+  fi
+fi

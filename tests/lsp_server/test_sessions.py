@@ -68,7 +68,7 @@ async def test_round_trip_run_progress_events_accept_and_verdicts(start_editor, 
     (request,) = editor.edits
     assert request.label == "recap: fix add"
     edit = request.edit
-    assert edit.change_annotations["recap"].needs_confirmation is True
+    assert edit.change_annotations["recap"].needs_confirmation is False  # accepting is the confirmation
     calc, create, new = edit.document_changes
     assert calc.text_document.uri == editor.uri("calc.py") and calc.text_document.version == 1
     assert [(e.range.start.line, e.range.start.character, e.range.end.line, e.range.end.character, e.new_text, e.annotation_id)
@@ -158,13 +158,15 @@ async def test_accept_rebases_onto_later_typing_or_refuses_when_it_overlaps(star
 
 
 async def test_a_client_that_refuses_the_edit_leaves_the_session_finished(start_editor, repo: Path, tmp_path: Path) -> None:
-    editor = await start_editor(repo, model=fix_script(tmp_path))
+    # confirmAccept: the user asked to review accepted changes (VS Code's refactor preview)
+    editor = await start_editor(repo, model=fix_script(tmp_path), confirmAccept=True)
     session = await editor.run("fix add")
     assert await editor.wait_state(session, "finished", "failed") == "finished"
     editor.refuse_edits = "the user pressed Cancel"
     result = await editor.command("recap.accept", {"session": session})
     assert result == {"session": session, "state": "finished", "applied": False, "files": [],
                       "message": "the user pressed Cancel"}
+    assert editor.edits[-1].edit.change_annotations["recap"].needs_confirmation is True
     assert (repo / "calc.py").read_text() == ORIGINAL and not (repo / "test_calc.py").exists()
     assert read_session(tmp_path / "sessions" / f"{session}.jsonl").of_type(Verdict) == []
 

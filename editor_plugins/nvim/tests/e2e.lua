@@ -91,6 +91,16 @@ H.test("the server starts through vim.lsp.enable for the opened buffer", functio
   end
 end)
 
+H.test(":checkhealth recap finds recap and a server that answers", function()
+  vim.cmd("checkhealth recap")
+  local report = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
+  vim.cmd("bwipeout")
+  for _, expected in ipairs({ "importable from " .. python, "recap serve answers initialize", "model spec: scripted:" }) do
+    H.ok(report:find(expected, 1, true), ("health report lacks %q:\n%s"):format(expected, report))
+  end
+  H.ok(not report:find("ERROR", 1, true), report)
+end)
+
 H.test(":Recap on a range -> progress -> diff preview -> :RecapAccept changes the buffer", function()
   local id = run_to_finish("1,2Recap make add add")
   local session = recap.state.sessions[id]
@@ -189,7 +199,7 @@ H.test(":RecapCancel stops a running task", function()
   end, "the session id", log)
   local id = recap.state.last_run
   H.wait(TIMEOUT_MS, function()
-    return log():find("%[" .. id:sub(1, 8) .. "%] turn 0") ~= nil
+    return log():find("[" .. ui.short(id) .. "] turn 0", 1, true) ~= nil
   end, "the first turn", log)
   vim.cmd("RecapCancel")
   H.wait(TIMEOUT_MS, function()

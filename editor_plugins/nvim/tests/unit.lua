@@ -35,21 +35,21 @@ H.test("a line range covers whole lines, end in UTF-16 units", function()
 end)
 
 H.test("events are formatted for the log", function()
-  local s = "0123456789ab"
-  H.eq(ui.format_event({ session = s, type = "state", state = "failed", message = "boom" }), { "[01234567] state: failed (boom)" }, "state")
+  local s = "20261130-101500-0123abcd"
+  H.eq(ui.format_event({ session = s, type = "state", state = "failed", message = "boom" }), { "[0123abcd] state: failed (boom)" }, "state")
   H.eq(ui.format_event({
     session = s,
     type = "policy_turn",
     turn = 2,
     text = "Fixing.\nmore",
     tool_calls = { { id = "t", name = "edit_file", arguments = '{"path":"a.py"}' } },
-  }), { "[01234567] turn 2: Fixing.", '    -> edit_file {"path":"a.py"}' }, "policy turn")
+  }), { "[0123abcd] turn 2: Fixing.", '    -> edit_file {"path":"a.py"}' }, "policy turn")
   local output = {}
   for i = 1, 7 do
     output[i] = "l" .. i
   end
   H.eq(ui.format_event({ session = s, type = "observation", name = "run_command", obs_id = 3, output = table.concat(output, "\n") }), {
-    "[01234567] <- run_command #3",
+    "[0123abcd] <- run_command #3",
     "    l1",
     "    l2",
     "    l3",
@@ -58,14 +58,14 @@ H.test("events are formatted for the log", function()
     "    ... 2 more lines",
   }, "observation")
   H.eq(ui.format_event({ session = s, type = "summary", index = 1, tokens_before = 12000, tokens_after = 900 }), {
-    "[01234567] summary 1: 12.0k -> 900 tokens",
+    "[0123abcd] summary 1: 12.0k -> 900 tokens",
   }, "summary")
   H.eq(ui.format_event({ session = s, type = "final", stop_reason = "finish", steps = 2, diff = "-a\n+b\n" }), {
-    "[01234567] final: finish after 2 steps",
+    "[0123abcd] final: finish after 2 steps",
     "    -a",
     "    +b",
   }, "final")
-  H.eq(ui.format_event({ session = s, type = "score", verify_passed = true }), { '[01234567] score: {"verify_passed":true}' }, "unknown type")
+  H.eq(ui.format_event({ session = s, type = "score", verify_passed = true }), { '[0123abcd] score: {"verify_passed":true}' }, "unknown type")
 end)
 
 H.test("a proposal opens as a diff split and closes again", function()
@@ -89,4 +89,59 @@ H.test("a proposal opens as a diff split and closes again", function()
   H.eq(texts, { "x = 1", "x = 2" }, "original and proposal")
   ui.close_proposal("s1")
   H.eq(#vim.api.nvim_list_tabpages(), tabs, "preview closed")
+end)
+
+H.test("sessions started the same second have different short ids", function()
+  H.eq(ui.short("20261130-101500-0123abcd"), "0123abcd", "random suffix")
+  H.ok(ui.short("20261130-101500-0123abcd") ~= ui.short("20261130-101500-89abcdef"), "distinct")
+  H.eq(ui.short("my-session"), "my-session", "other shapes whole")
+end)
+
+H.test("two proposals for one file preview side by side; a background preview leaves you where you are", function()
+  local home = vim.api.nvim_get_current_win()
+  local file = { path = "calc.py", status = "modified", original = "x = 1\n", proposed = "x = 2\n" }
+  ui.show_proposal({ session = "20261130-101500-0123abcd", diff = "", files = { file } }, { background = true })
+  ui.show_proposal({ session = "20261130-101500-89abcdef", diff = "", files = { file } }, { background = true })
+  H.eq(vim.api.nvim_get_current_win(), home, "the cursor stays in the user's window")
+  H.ok(vim.fn.bufnr("recap://0123abcd/proposed/calc.py") > 0, "first preview")
+  H.ok(vim.fn.bufnr("recap://89abcdef/proposed/calc.py") > 0, "second preview")
+  H.eq(#ui.previews["20261130-101500-0123abcd"], 1, "first preview's tab")
+  H.ok(vim.api.nvim_tabpage_is_valid(ui.previews["20261130-101500-0123abcd"][1]), "the first preview is still open")
+  ui.close_proposal("20261130-101500-0123abcd")
+  ui.close_proposal("20261130-101500-89abcdef")
+end)
+
+H.test("an edit appending at the end of a buffer leaves no extra blank line", function()
+  local path = vim.fn.tempname() .. ".py"
+  vim.fn.writefile({ "a" }, path)
+  local uri = vim.uri_from_fname(path)
+  local edit = { documentChanges = { {
+    textDocument = { uri = uri }, -- a closed file: version null (nil once decoded)
+    edits = { { range = { start = { line = 1, character = 0 }, ["end"] = { line = 1, character = 0 } }, newText = "b\n" } },
+  } } }
+  ui.fix_end_of_file(edit)
+  H.eq(vim.lsp.util.apply_workspace_edit(edit, "utf-16"), nil, "applied")
+  local buf = vim.fn.bufnr(path)
+  H.eq(vim.api.nvim_buf_get_lines(buf, 0, -1, false), { "a", "b" }, "lines")
+  vim.api.nvim_buf_call(buf, function()
+    vim.cmd("silent write")
+  end)
+  local f = assert(io.open(path, "rb"))
+  H.eq(f:read("*a"), "a\nb\n", "the file as written")
+  f:close()
+end)
+
+H.test("a server error is said once", function()
+  H.eq(recap.error_text("recap.accept", { message = "recap.accept: session s is accepted" }),
+    "recap: recap.accept failed: session s is accepted", "no doubled command name")
+  H.eq(recap.error_text("recap.run", { message = "task: must not be blank" }), "recap: recap.run failed: task: must not be blank", "other messages whole")
+end)
+
+H.test(":help recap opens the plugin's help", function()
+  vim.cmd.helptags(H.plugin_root .. "/doc")
+  for _, tag in ipairs({ "recap", "recap-setup", ":RecapFix", "recap-health" }) do
+    vim.cmd.help(tag)
+    H.eq(vim.fn.expand("%:t"), "recap.txt", tag)
+    vim.cmd.helpclose()
+  end
 end)

@@ -48,9 +48,10 @@ export function sideText(proposal: Proposal, path: string, side: Side): string {
   return (side === "original" ? file.original : file.proposed) ?? "";
 }
 
+/** The diff tab's title: what recap does to the file. VS Code adds the file's name to a diff's
+ * title itself ("recap proposal (calc.py)"), so naming it here would say it twice. */
 function title(file: ProposedFile): string {
-  const what = { added: "added by recap", modified: "recap proposal", deleted: "deleted by recap" }[file.status];
-  return `${file.path} (${what})`;
+  return { added: "added by recap", modified: "recap proposal", deleted: "deleted by recap" }[file.status];
 }
 
 /** One diff editor per changed file: original on the left, proposal on the right. */

@@ -28,12 +28,19 @@ function indent(text: string, prefix = "    "): string[] {
   return text.split("\n").map((line) => prefix + line);
 }
 
+/** The part of a session id that tells sessions apart: ids are `YYYYMMDD-HHMMSS-<8 hex>`, so the
+ * random suffix; an id of another shape is shown whole. */
+export function shortSession(session: string): string {
+  const match = /^\d{8}-\d{6}-([0-9a-f]+)$/.exec(session);
+  return match ? match[1]! : session;
+}
+
 /**
  * Lines for one `recap/event`, each prefixed with the short session id. Unknown event types are
  * shown as their JSON so that nothing the server sends is hidden.
  */
 export function formatEvent(event: RecapEvent): string[] {
-  const head = `[${event.session.slice(0, 8)}]`;
+  const head = `[${shortSession(event.session)}]`;
   switch (event.type) {
     case "state": {
       const message = str(event.message);

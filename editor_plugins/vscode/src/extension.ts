@@ -8,7 +8,7 @@ import { DidChangeConfigurationNotification, LanguageClient, TransportKind } fro
 
 import { RecapClient } from "./client";
 import { describeProposal, diffEntries, parseProposalUri, PROPOSAL_SCHEME, sideText } from "./diff";
-import { formatEvent, progressText } from "./events";
+import { formatEvent, progressText, shortSession } from "./events";
 import { DONE_STATES, Proposal, RecapEvent, SessionState, SessionStatus } from "./protocol";
 import { ExtensionSettings, needsRestart, readSettings, serverCommand, serverOptions } from "./settings";
 
@@ -36,6 +36,9 @@ export async function deactivate(): Promise<void> {
   extension = undefined;
 }
 
+/** A command needed the server and it is not running. */
+class NotRunning extends Error {}
+
 /** Serves both sides of every proposal the extension fetched, for the diff editors. */
 class ProposalProvider implements vscode.TextDocumentContentProvider {
   readonly proposals = new Map<string, Proposal>();
@@ -60,6 +63,8 @@ class RecapExtension {
   private recap: RecapClient | undefined;
   /** The session whose proposal was shown last: the default target of Accept / Reject. */
   private current: string | undefined;
+  /** Why the server did not start (its last start), for the message of every later command. */
+  private startError: string | undefined;
 
   constructor(context: vscode.ExtensionContext) {
     this.settings = readSettings((key) => vscode.workspace.getConfiguration("recap").get(key));
@@ -106,7 +111,31 @@ class RecapExtension {
     this.client = client;
     this.recap = new RecapClient(client);
     this.recap.onEvent((event) => this.onEvent(event));
-    await client.start();
+    this.startError = undefined;
+    try {
+      await client.start();
+    } catch (error) {
+      this.startError = error instanceof Error ? error.message : String(error);
+      this.serverLog.error(`recap serve did not start: ${this.startError}`);
+      void this.showNotRunning();
+    }
+  }
+
+  /** What to check when the server is not running: the command line it was started with. */
+  private notRunningMessage(): string {
+    const { command, args } = serverCommand(this.settings);
+    const line = [command, ...args].map((part) => (/\s/.test(part) ? JSON.stringify(part) : part)).join(" ");
+    return (
+      `the recap server is not running${this.startError ? ` (${this.startError})` : ""}. ` +
+      `It is started as \`${line}\`: check recap.pythonPath (a Python with recap installed) or recap.serverCommand, ` +
+      `and the "recap server" output channel for its error.`
+    );
+  }
+
+  private async showNotRunning(): Promise<void> {
+    const choice = await vscode.window.showErrorMessage(`recap: ${this.notRunningMessage()}`, "Show log", "Open settings");
+    if (choice === "Show log") this.serverLog.show(true);
+    if (choice === "Open settings") await vscode.commands.executeCommand("workbench.action.openSettings", "recap.");
   }
 
   async stop(): Promise<void> {
@@ -114,7 +143,7 @@ class RecapExtension {
   }
 
   private server(): RecapClient {
-    if (!this.recap) throw new Error("the recap server is not running");
+    if (!this.recap || !this.client?.isRunning()) throw new NotRunning(this.notRunningMessage());
     return this.recap;
   }
 
@@ -129,7 +158,10 @@ class RecapExtension {
     const restart = needsRestart(this.settings, next);
     this.settings = next;
     if (restart) {
-      await this.client?.restart();
+      // a new command line needs a new client: LanguageClient.restart() would rerun the old one
+      await this.client?.stop().catch(() => undefined);
+      await this.client?.dispose().catch(() => undefined);
+      await this.start();
     } else {
       await this.client?.sendNotification(DidChangeConfigurationNotification.type, { settings: { recap: serverOptions(next) } });
     }
@@ -153,10 +185,20 @@ class RecapExtension {
   }
 
   private fail(error: unknown): void {
+    if (error instanceof NotRunning) {
+      void this.showNotRunning();
+      return;
+    }
     void vscode.window.showErrorMessage(`recap: ${error instanceof Error ? error.message : String(error)}`);
   }
 
   private async runTask(): Promise<void> {
+    try {
+      this.server(); // before asking for a task the server could not run
+    } catch (error) {
+      this.fail(error);
+      return;
+    }
     const editor = vscode.window.activeTextEditor;
     const selection = editor && !editor.selection.isEmpty ? editor.selection : undefined;
     const task = await vscode.window.showInputBox({
@@ -296,7 +338,7 @@ class RecapExtension {
       if (!status) return;
       const { session, task, state, step, tokens, summaries, message, adapter } = status;
       this.events.appendLine(
-        `[${session.slice(0, 8)}] ${task}: ${state}, step ${step}, ${tokens} tokens, ${summaries} summaries` +
+        `[${shortSession(session)}] ${task}: ${state}, step ${step}, ${tokens} tokens, ${summaries} summaries` +
           `${adapter ? `, adapter ${adapter}` : ""}${message ? ` (${message})` : ""}`,
       );
       if (state === "finished") await this.showProposal(session);

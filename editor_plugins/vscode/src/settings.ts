@@ -20,6 +20,8 @@ export interface ExtensionSettings {
   maxSteps: number | null;
   sessionsDir: string;
   adapterDir: string;
+  /** Review an accepted change in VS Code's refactor preview before it is applied. */
+  confirmAccept: boolean;
 }
 
 /** Exactly the configuration object of the protocol; absent keys take the server's defaults. */
@@ -33,6 +35,7 @@ export interface ServerOptions {
   maxSteps?: number;
   sessionsDir?: string;
   adapterDir?: string;
+  confirmAccept?: boolean;
 }
 
 export const DEFAULT_MODEL = "embedded";
@@ -79,6 +82,7 @@ export function readSettings(get: (key: string) => unknown): ExtensionSettings {
     maxSteps: positive(get, "maxSteps"),
     sessionsDir: text(get, "sessionsDir"),
     adapterDir: text(get, "adapterDir"),
+    confirmAccept: get("confirmAccept") === true,
   };
 }
 
@@ -92,6 +96,7 @@ export function serverOptions(settings: ExtensionSettings): ServerOptions {
   if (settings.maxSteps !== null) options.maxSteps = settings.maxSteps;
   if (settings.sessionsDir) options.sessionsDir = settings.sessionsDir;
   if (settings.adapterDir) options.adapterDir = settings.adapterDir;
+  if (settings.confirmAccept) options.confirmAccept = true;
   return options;
 }
 

@@ -30,9 +30,9 @@ test("one diff entry per file, original on the left", () => {
   assert.deepEqual(
     entries.map((e) => [e.path, e.title]),
     [
-      ["src/a.py", "src/a.py (recap proposal)"],
-      ["new.py", "new.py (added by recap)"],
-      ["old.py", "old.py (deleted by recap)"],
+      ["src/a.py", "recap proposal"],
+      ["new.py", "added by recap"],
+      ["old.py", "deleted by recap"],
     ],
   );
   const [first] = entries;

@@ -96,6 +96,10 @@ class FakeEditor {
    * files (`version: null`) are read from disk, created files start empty. Documents stay in memory. */
   applyEdit(params: ApplyWorkspaceEditParams): { applied: boolean; failureReason?: string } {
     this.applied.push(params);
+    // VS Code applies nothing of an edit whose annotation needs confirmation until the user ticks
+    // it in the refactor preview; the user's Accept must be enough
+    const confirm = Object.entries(params.edit.changeAnnotations ?? {}).filter(([, a]) => a.needsConfirmation);
+    if (confirm.length > 0) return { applied: false, failureReason: `needs confirmation: ${confirm.map(([id]) => id).join(", ")}` };
     for (const change of params.edit.documentChanges ?? []) {
       if (CreateFile.is(change)) {
         if (this.documents.has(change.uri) || existsSync(fileURLToPath(change.uri))) {
@@ -175,7 +179,8 @@ class FakeEditor {
 
 async function startEditor(workspace: string, settings: Record<string, unknown>): Promise<{ editor: FakeEditor; init: InitializeResult }> {
   const { command, args } = serverCommand(readSettings((k) => settings[k]));
-  const child = spawn(command, args, { cwd: workspace, stdio: ["pipe", "pipe", "pipe"] });
+  // vscode-languageclient's stdio transport appends these flags to the command line
+  const child = spawn(command, [...args, "--stdio", `--clientProcessId=${process.pid}`], { cwd: workspace, stdio: ["pipe", "pipe", "pipe"] });
   const connection = createProtocolConnection(new StreamMessageReader(child.stdout!), new StreamMessageWriter(child.stdin!));
   const editor = new FakeEditor(connection, child, settings);
   child.stderr!.on("data", (chunk) => editor.stderr.push(String(chunk)));

@@ -25,6 +25,7 @@ test("every protocol option is passed through and empty ones are left out", () =
       maxSteps: 0,
       sessionsDir: "/tmp/sessions",
       adapterDir: "",
+      confirmAccept: true,
       trace: { server: "off" },
     }),
   );
@@ -35,6 +36,7 @@ test("every protocol option is passed through and empty ones are left out", () =
     summarizeAt: 6000,
     hardLimit: 8000,
     sessionsDir: "/tmp/sessions",
+    confirmAccept: true,
   });
 });
 

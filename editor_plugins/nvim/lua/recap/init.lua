@@ -1,6 +1,7 @@
 --- recap for Neovim: starts `recap serve` through Neovim's LSP client and maps the server's
---- commands (docs/lsp-protocol.md) onto :Recap, :RecapAccept, :RecapReject, :RecapCancel and
---- :RecapLog. No agent logic lives here; the UI (diff preview, log, statusline) is in recap.ui.
+--- commands (docs/lsp-protocol.md) onto :Recap, :RecapFix, :RecapAccept, :RecapReject, :RecapCancel,
+--- :RecapPreview and :RecapLog (doc/recap.txt). No agent logic lives here; the UI (diff preview,
+--- log, statusline) is in recap.ui, the health check in recap.health.
 local ui = require("recap.ui")
 
 local M = {}
@@ -36,7 +37,7 @@ M.defaults = {
   adapter_dir = nil,
   root_markers = { ".git" }, --- the workspace folder is the nearest parent holding one (else the cwd)
   filetypes = nil, --- nil: every filetype
-  preview = true, --- open the diff preview when a run finishes
+  preview = true, --- open the diff preview (in a new tab, without moving you) when a run finishes
 }
 
 --- Per-editor state: the options, every session seen, the last proposal shown.
@@ -93,7 +94,8 @@ local function client_config(opts)
     cmd = M.server_cmd(opts),
     filetypes = opts.filetypes,
     root_dir = function(bufnr, on_dir)
-      if vim.api.nvim_buf_get_name(bufnr) ~= "" then -- not for unnamed scratch buffers
+      -- files only: not unnamed buffers, nor scratch ones such as recap's previews
+      if vim.api.nvim_buf_get_name(bufnr) ~= "" and vim.bo[bufnr].buftype == "" then
         on_dir(M.root(bufnr, opts))
       end
     end,
@@ -105,6 +107,9 @@ local function client_config(opts)
         M._on_event(event)
       end,
       ["workspace/applyEdit"] = function(err, params, ctx)
+        if params and params.edit then
+          ui.fix_end_of_file(params.edit)
+        end
         local result = vim.lsp.handlers["workspace/applyEdit"](err, params, ctx)
         if result and result.applied then
           ui.trim_created(params.edit)
@@ -112,7 +117,58 @@ local function client_config(opts)
         return result
       end,
     },
+    -- the server's code actions ("Ask recap to fix") carry recap.run: start it as :Recap does, so
+    -- its progress and preview are followed like any run
+    commands = {
+      [M.server_commands.run] = function(command)
+        M._start(command.arguments[1])
+      end,
+    },
+    on_init = function(client)
+      M._with_all_diagnostics(client)
+    end,
+    on_exit = function(code, signal)
+      if code ~= 0 then
+        vim.schedule(function()
+          vim.notify(
+            ("recap: the server (%s) exited with code %d%s; :checkhealth recap tells why (its stderr is in %s)"):format(
+              table.concat(M.server_cmd(opts), " "),
+              code,
+              signal ~= 0 and (" (signal %d)"):format(signal) or "",
+              vim.lsp.get_log_path()
+            ),
+            vim.log.levels.ERROR
+          )
+        end)
+      end
+    end,
   }
+end
+
+--- LSP diagnostics of every source (other servers, linters) on the lines first..last (0-based).
+function M.diagnostics_at(bufnr, first, last)
+  local found = {}
+  for line = first, last do
+    vim.list_extend(found, vim.diagnostic.get(bufnr, { lnum = line }))
+  end
+  return vim.lsp.diagnostic.from(found)
+end
+
+--- Neovim gives each server only its own diagnostics in textDocument/codeAction; recap publishes
+--- none, so its "Ask recap to fix" would never be offered. Send it those of every source instead.
+function M._with_all_diagnostics(client)
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    if method == "textDocument/codeAction" and params and params.context and params.range then
+      local buf = (bufnr == nil or bufnr == 0) and vim.api.nvim_get_current_buf() or bufnr
+      local all = M.diagnostics_at(buf, params.range.start.line, params.range["end"].line)
+      if #all > #(params.context.diagnostics or {}) then
+        params = vim.deepcopy(params)
+        params.context.diagnostics = all
+      end
+    end
+    return request(self, method, params, handler, bufnr)
+  end
 end
 
 --- The running recap client, starting it for the current buffer when needed.
@@ -127,12 +183,29 @@ function M.client()
     return clients[1]
   end
   if not M.state.options then
-    error("recap: call require('recap').setup{} first")
+    error("recap: call require('recap').setup{} first", 0)
+  end
+  local problem = M.cmd_problem(M.state.options)
+  if problem then
+    error(problem .. " (:checkhealth recap)", 0)
   end
   local config = client_config(M.state.options)
   config.root_dir = M.root(0, M.state.options)
   local id = vim.lsp.start(config, { bufnr = 0 })
-  return id and vim.lsp.get_client_by_id(id) or error("recap: could not start " .. table.concat(config.cmd, " "))
+  return id and vim.lsp.get_client_by_id(id)
+    or error("recap: could not start " .. table.concat(config.cmd, " ") .. " (:checkhealth recap)", 0)
+end
+
+--- Why the server command cannot run (its program is missing), else nil.
+function M.cmd_problem(opts)
+  local program = M.server_cmd(opts)[1]
+  if vim.fn.executable(program) == 1 then
+    return nil
+  end
+  if opts.python then
+    return ("recap: python = %q is not an executable Python"):format(program)
+  end
+  return ("recap: %q is not on the PATH; set python = '/path/to/venv/bin/python' (or cmd) in setup{}"):format(program)
 end
 
 -- Neovim 0.11 made client methods take `self` (client:request); 0.10 has client.request.
@@ -156,15 +229,29 @@ end
 --- @param on_result fun(result: table) called on success; errors are reported with vim.notify
 --- @param token string|nil work-done progress token
 function M.execute(command, argument, on_result, token)
-  local client = M.client()
+  local ok, client = pcall(M.client)
+  if not ok then
+    vim.notify(tostring(client), vim.log.levels.ERROR)
+    return
+  end
   local params = { command = command, arguments = { argument }, workDoneToken = token }
   request(client, "workspace/executeCommand", params, function(err, result)
     if err then
-      vim.notify(("recap: %s failed: %s"):format(command, err.message or vim.inspect(err)), vim.log.levels.ERROR)
+      vim.notify(M.error_text(command, err), vim.log.levels.ERROR)
       return
     end
     on_result(result)
   end, 0)
+end
+
+--- "recap.accept failed: <why>"; the server's messages already start with the command's name.
+function M.error_text(command, err)
+  local message = err.message or vim.inspect(err)
+  local prefix = command .. ": "
+  if message:sub(1, #prefix) == prefix then
+    message = message:sub(#prefix + 1)
+  end
+  return ("recap: %s failed: %s"):format(command, message)
 end
 
 --- Ask the server to run `task`, with the buffer (and the lines first..last, 1-based) as context.
@@ -174,6 +261,12 @@ function M.run(task, first, last)
   if first and last then
     argument.range = ui.line_range(bufnr, first, last)
   end
+  M._start(argument)
+end
+
+--- recap.run with `argument` ({task, uri?, range?}), its progress followed on a token of ours.
+function M._start(argument)
+  local task = argument.task
   token_counter = token_counter + 1
   local token = ("recap-nvim-%d-%d"):format(vim.fn.getpid(), token_counter)
   -- progress may arrive before the reply that names the session
@@ -200,7 +293,7 @@ function M._on_event(event)
   session.state, session.message = event.state, event.message
   if event.state == "finished" and M.state.options.preview then
     vim.schedule(function()
-      M.preview(event.session)
+      M.preview(event.session, true)
     end)
   elseif event.state == "failed" then
     vim.notify(("recap failed: %s (:RecapLog)"):format(event.message or "see the log"), vim.log.levels.ERROR)
@@ -227,11 +320,54 @@ function M.statusline()
   return M.state.progress and ("recap: " .. M.state.progress) or ""
 end
 
---- Fetch the proposal of `session` and show it in diff splits (one tab per file).
-function M.preview(session)
+--- :RecapFix: "Ask recap to fix" the diagnostics on the cursor's line, whatever their source. The
+--- task is the server's own quick fix (its textDocument/codeAction); several: pick one.
+function M.fix()
+  local ok, client = pcall(M.client)
+  if not ok then
+    vim.notify(tostring(client), vim.log.levels.ERROR)
+    return
+  end
+  local bufnr = vim.api.nvim_get_current_buf()
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local diagnostics = M.diagnostics_at(bufnr, line, line)
+  if #diagnostics == 0 then
+    vim.notify("recap: no diagnostic on this line")
+    return
+  end
+  local params = {
+    textDocument = { uri = vim.uri_from_bufnr(bufnr) },
+    range = { start = { line = line, character = 0 }, ["end"] = { line = line, character = 0 } },
+    context = { diagnostics = diagnostics, only = { "quickfix" } },
+  }
+  request(client, "textDocument/codeAction", params, function(err, actions)
+    if err then
+      vim.notify(M.error_text("textDocument/codeAction", err), vim.log.levels.ERROR)
+      return
+    end
+    local fixes = vim.tbl_filter(function(a)
+      return a.kind == "quickfix" and a.command and a.command.command == M.server_commands.run
+    end, actions or {})
+    local start = function(action)
+      if action then
+        M._start(action.command.arguments[1])
+      end
+    end
+    if #fixes <= 1 then
+      return start(fixes[1])
+    end
+    vim.ui.select(fixes, { prompt = "recap: fix which?", format_item = function(a)
+      return a.title
+    end }, start)
+  end, bufnr)
+end
+
+--- Fetch the proposal of `session` and show it in diff splits (one tab per file). After a run
+--- (`background`), the tabs open behind the one you are in: nothing you type goes astray.
+function M.preview(session, background)
   M.execute(M.server_commands.proposal, { session = session }, function(proposal)
     M.state.current = session
-    ui.show_proposal(proposal)
+    ui.show_proposal(proposal, { background = background })
   end)
 end
 
@@ -264,6 +400,7 @@ end
 function M.reject(session)
   decide(M.server_commands.reject, session, function(id)
     ui.close_proposal(id)
+    vim.notify(("recap: rejected the proposal of %s (nothing changed)"):format(ui.short(id)))
   end)
 end
 
@@ -282,6 +419,7 @@ function M.cancel(session)
   end
   M.execute(M.server_commands.cancel, { session = id }, function(result)
     M._session(id).state = result.state
+    vim.notify(("recap: %s %s"):format(ui.short(id), result.state))
   end)
 end
 
@@ -311,6 +449,17 @@ local function define_commands()
   command("RecapLog", function()
     ui.open_log()
   end, { desc = "Show the recap event log" })
+  command("RecapFix", function()
+    M.fix()
+  end, { desc = "Ask recap to fix the diagnostics on the cursor's line (any source)" })
+  command("RecapPreview", function(args)
+    local id = args.args ~= "" and args.args or M.state.current
+    if not id then
+      vim.notify("recap: no proposal to show", vim.log.levels.WARN)
+      return
+    end
+    M.preview(id, false)
+  end, { nargs = "?", desc = "Show (and go to) a finished recap proposal" })
 end
 
 --- Configure and enable the recap language server. Calling it again updates the options and

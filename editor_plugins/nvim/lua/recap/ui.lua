@@ -43,10 +43,17 @@ local function lines_of(text)
   return lines
 end
 
+--- The part of a session id that tells sessions apart: ids are `YYYYMMDD-HHMMSS-<8 hex>`, so the
+--- random suffix; an id of another shape is used whole.
+function M.short(session)
+  session = tostring(session)
+  return session:match("^%d%d%d%d%d%d%d%d%-%d%d%d%d%d%d%-(%x+)$") or session
+end
+
 --- Lines for one recap/event notification (see docs/lsp-protocol.md), prefixed with the short
 --- session id; unknown types are shown as JSON.
 function M.format_event(event)
-  local head = ("[%s]"):format(tostring(event.session):sub(1, 8))
+  local head = ("[%s]"):format(M.short(event.session))
   local t = event.type
   if t == "state" then
     return { ("%s state: %s%s"):format(head, event.state, event.message and (" (" .. event.message .. ")") or "") }
@@ -132,6 +139,37 @@ function M.trim_created(edit)
   end
 end
 
+local function utf16_end(bufnr)
+  local count = vim.api.nvim_buf_line_count(bufnr)
+  local last = vim.api.nvim_buf_get_lines(bufnr, count - 1, count, false)[1] or ""
+  return { line = count - 1, character = utf16_len(last) }
+end
+
+--- Before a workspace edit: an edit that appends at the very end of a buffer starts at the line
+--- after its last one (LSP's end of a text ending in a newline). Neovim applies "b\n" there as the
+--- lines {"b", ""}, and 'eol' writes an extra blank line. Rewrite such an edit to start at the end
+--- of the last line and carry the newline in front ("\nb"): the same text, as Neovim sees it.
+function M.fix_end_of_file(edit)
+  for _, change in ipairs(edit.documentChanges or {}) do
+    if change.textDocument and change.edits then
+      local fname = vim.uri_to_fname(change.textDocument.uri)
+      local bufnr = vim.fn.bufadd(fname)
+      if vim.fn.filereadable(fname) == 1 or vim.api.nvim_buf_is_loaded(bufnr) then
+        vim.fn.bufload(bufnr)
+        local count = vim.api.nvim_buf_line_count(bufnr)
+        for _, e in ipairs(change.edits) do
+          local s, t = e.range.start, e.range["end"]
+          if s.line >= count and t.line >= count and vim.bo[bufnr].eol and e.newText:sub(-1) == "\n" then
+            local at = utf16_end(bufnr)
+            e.range = { start = at, ["end"] = at }
+            e.newText = "\n" .. e.newText:sub(1, -2)
+          end
+        end
+      end
+    end
+  end
+end
+
 --- :RecapLog: the event log in a split, kept up to date while it is open.
 function M.open_log()
   local buf = vim.fn.bufnr(LOG_NAME)
@@ -146,14 +184,22 @@ end
 
 --- One tab per changed file: the original on the left, the proposal on the right, in diff mode.
 --- @param proposal table {session, diff, files = {{path, status, original, proposed}}}
-function M.show_proposal(proposal)
+--- @param opts table|nil {background: open the tabs but stay where you are (window, cursor, mode)}
+function M.show_proposal(proposal, opts)
   M.close_proposal(proposal.session)
+  local short = M.short(proposal.session)
   if #proposal.files == 0 then
-    vim.notify("recap finished without changing any file")
+    vim.notify(("recap %s finished without changing any file"):format(short))
     return
   end
-  local short = proposal.session:sub(1, 8)
+  local background = opts and opts.background
+  local home_win = vim.api.nvim_get_current_win()
   local tabs = {}
+  local eventignore = vim.o.eventignore
+  if background then
+    -- passing through the new tabs is not the user moving: none of their window autocommands run
+    vim.o.eventignore = "WinEnter,WinLeave,BufEnter,BufLeave,TabEnter,TabLeave,TabNew,TabNewEntered,TabClosed"
+  end
   for _, file in ipairs(proposal.files) do
     local filetype = vim.filetype.match({ filename = file.path })
     vim.cmd("tabnew")
@@ -167,10 +213,18 @@ function M.show_proposal(proposal)
     vim.cmd("rightbelow vsplit")
     local right = scratch(("recap://%s/proposed/%s"):format(short, file.path), file.proposed, filetype)
     vim.api.nvim_win_set_buf(0, right)
-    vim.wo.winbar = ("recap %s: %s   :RecapAccept / :RecapReject"):format(file.status, file.path)
+    vim.wo.winbar = ("recap %s %s: %s   :RecapAccept / :RecapReject"):format(short, file.status, file.path)
     vim.cmd("diffthis")
   end
   M.previews[proposal.session] = tabs
+  if background then
+    vim.api.nvim_set_current_win(home_win)
+    vim.o.eventignore = eventignore
+    vim.notify(("recap %s: proposal ready in tab %d (%s)   :RecapAccept / :RecapReject"):format(
+      short, vim.api.nvim_tabpage_get_number(tabs[1]), table.concat(vim.tbl_map(function(f)
+        return f.path
+      end, proposal.files), ", ")))
+  end
 end
 
 --- Close the preview tabs of `session` (those still open).
