@@ -46,7 +46,7 @@ def run(
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="API key for openai: specs."),
     adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter directory to load onto a local model."),
     backend: str = typer.Option("local", "--backend", help="Shadow backend: local or docker."),
-    config_file: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False, help="A TOML config file with agent and context tables."),
+    config_file: Optional[Path] = typer.Option(None, "--config", exists=True, dir_okay=False, help="A TOML config file with agent, context and backend.<name> tables."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Stop after this many policy turns."),
     summarize_at: Optional[float] = typer.Option(None, "--summarize-at", help="Self-summary trigger: tokens, or a fraction of the window (<=1)."),
     hard_limit: Optional[float] = typer.Option(None, "--hard-limit", help="Above this (tokens or fraction) only prune and finish are offered."),
@@ -71,6 +71,7 @@ def run(
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
     from shadow_backend import open_backend
+    from shadow_backend.backends import backend_config, read_backend_options
     from shadow_backend.scoring import score_workspace
 
     console = Console(stderr=True, highlight=False)
@@ -94,6 +95,7 @@ def run(
             keep_recent=keep_recent,
             max_summaries=max_summaries,
         )
+        backend_options = backend_config(backend, read_backend_options(config_file, backend))
         log = SessionWriter(path)
     except (RecapError, OSError) as exc:
         raise fail(str(exc)) from None
@@ -102,7 +104,7 @@ def run(
             policy = load_policy(model, endpoint=endpoint, api_key=api_key,
                                  adapter=str(adapter) if adapter else None, **options)
         with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
-            workspace = open_backend(backend, repo)
+            workspace = open_backend(backend, repo, config=backend_options)
     except RecapError as exc:
         log.close()
         path.unlink(missing_ok=True)

@@ -18,6 +18,19 @@ backend's semantics; `run()` execs inside the container:
 - a command killed by a signal exits 128+N (bash's convention), e.g. 137 for the OOM killer;
 - stdout/stderr are kept up to `max_output_bytes` each (head and tail, with a marker).
 
+Threat model: sandbox
+
+Commands, and whatever they start, are untrusted; the host, dockerd and the base image are trusted.
+A command sees the image's files (a read-only root file system) and the workspace (read-write at
+/workspace), a private /tmp and /dev/shm of `tmp_size_bytes` each, and no network. It runs as a
+non-root user without capabilities (`no-new-privileges`), in the container's cgroup: memory (shared
+memory and tmpfs included) up to `mem_limit`, at most `pids_limit` processes. The workspace, a host
+directory, may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE inside, "File too
+large"); the host checks its size while a command runs and stops one that goes past it. A limit a
+command runs into is told at the end of its stderr (`[recap] memory limit of 1g reached: ...`, read
+from the container's cgroup events where the host shows them). Not covered: kernel or dockerd bugs,
+CPU time beyond `cpus`.
+
 Containers carry labels (`recap.workspace=1`, owner pid/start/host, created time) so that
 `recap backend gc` (run also at start-up, once per process) removes what a crash left behind.
 """
@@ -35,6 +48,7 @@ from typing import Any, Sequence
 from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import CommandResult, WorkspaceOrigin
 from shadow_backend import gc
+from shadow_backend.limits import ContainerEvents, DiskQuota, size_words, tell
 from shadow_backend.image import DEFAULT_IMAGE, USER_UID, WORKDIR, docker_client, image_exists
 from shadow_backend.local import BoundedCapture, LocalBackend
 
@@ -53,6 +67,11 @@ class DockerConfig:
         cpus: CPU quota in cores (fractions allowed).
         mem_limit: memory limit in Docker notation ("512m", "1g"); swap is not added on top.
         pids_limit: most processes/threads alive at once in the container.
+        tmp_size_bytes: size of the container's /tmp (also its $HOME) and of its /dev/shm, each a
+            tmpfs; the rest of the container's file system is read-only.
+        disk_quota_bytes: how much the workspace (bind-mounted from the host) may grow beyond its
+            size when it was made; also the largest file a command may write (RLIMIT_FSIZE). A
+            command that goes past it is stopped (checked from the host). None: no quota.
         max_output_bytes: bytes kept per stream (stdout, stderr) of one command; the middle of
             longer output is dropped and a marker says how many bytes.
         kill_grace_s: seconds to wait for the output stream to close after the kill.
@@ -62,6 +81,8 @@ class DockerConfig:
     cpus: float = 1.0
     mem_limit: str = "1g"
     pids_limit: int = 256
+    tmp_size_bytes: int = 2**30
+    disk_quota_bytes: int | None = 4 * 2**30
     max_output_bytes: int = 1_000_000
     kill_grace_s: float = 5.0
 
@@ -74,6 +95,10 @@ class DockerConfig:
             raise ConfigError(f"pids_limit={self.pids_limit} is too small for a shell; use at least 8")
         if self.max_output_bytes < 1024:
             raise ConfigError("max_output_bytes must be at least 1024")
+        if self.tmp_size_bytes < 2**20:
+            raise ConfigError("tmp_size_bytes must be at least 1 MiB")
+        if self.disk_quota_bytes is not None and self.disk_quota_bytes < 2**20:
+            raise ConfigError("disk_quota_bytes must be at least 1 MiB (or None for no quota)")
         if not self.mem_limit or self.mem_limit[-1].lower() not in "0123456789bkmg":
             raise ConfigError(f"mem_limit={self.mem_limit!r}: use Docker notation such as '512m' or '1g'")
 
@@ -81,13 +106,16 @@ class DockerConfig:
     def sandbox(self) -> str:
         return (
             f"docker: network_mode=none, image={self.image}, cpus={self.cpus:g}, mem_limit={self.mem_limit}, "
-            f"pids_limit={self.pids_limit}, non-root user, caps dropped"
+            f"pids_limit={self.pids_limit}, /tmp {size_words(self.tmp_size_bytes)}, "
+            f"disk quota {size_words(self.disk_quota_bytes) if self.disk_quota_bytes else 'none'}, "
+            "read-only root, non-root user, caps dropped"
         )
 
 
-_WRAPPER = 'exec 3>&2 2>/dev/null; "$@" 2>&3 3>&-; rc=$?; kill -KILL -1; kill -KILL -1; exit $rc'
+_WRAPPER = 'trap "" XFSZ; exec 3>&2 2>/dev/null; "$@" 2>&3 3>&-; rc=$?; kill -KILL -1; kill -KILL -1; exit $rc'
 """Runs the command, then SIGKILLs whatever it left behind (background jobs, a fork bomb): every
-process of the command user except this shell. Its `$0` is "recap"; a missing program exits 127."""
+process of the command user except this shell. Its `$0` is "recap"; a missing program exits 127.
+SIGXFSZ is ignored, so a write past RLIMIT_FSIZE fails with "File too large" instead of killing."""
 
 
 _COMMAND_ENV = {
@@ -95,6 +123,14 @@ _COMMAND_ENV = {
     "GIT_PAGER": "cat", "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1",
 }
 """What commands see besides the image's PATH: the same variables as in a local workspace."""
+
+
+def _ulimits(config: DockerConfig) -> list[Any]:
+    import docker.types
+
+    quota = config.disk_quota_bytes
+    fsize = [docker.types.Ulimit(name="fsize", soft=quota, hard=quota)] if quota else []
+    return [*fsize, docker.types.Ulimit(name="core", soft=0, hard=0)]
 
 
 def _exec_user() -> tuple[int, int]:
@@ -135,6 +171,7 @@ class DockerWorkspace:
         self._run_lock = threading.Lock()
         self.origin: WorkspaceOrigin = replace(files.origin, sandbox=config.sandbox)
         _hand_over(files.root, self._uid, self._gid)
+        self._quota = DiskQuota([files.root], config.disk_quota_bytes) if config.disk_quota_bytes else None
         owner = gc.owner_record()
         try:
             self._container = client.containers.run(
@@ -149,6 +186,10 @@ class DockerWorkspace:
                 mem_limit=config.mem_limit,
                 memswap_limit=config.mem_limit,
                 pids_limit=config.pids_limit,
+                read_only=True,
+                tmpfs={"/tmp": f"size={config.tmp_size_bytes},mode=1777"},
+                shm_size=config.tmp_size_bytes,
+                ulimits=_ulimits(config),
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges"],
                 volumes={files.root: {"bind": WORKDIR, "mode": "rw"}},
@@ -165,6 +206,7 @@ class DockerWorkspace:
         except Exception as exc:
             files.close()
             raise WorkspaceError(f"could not start a container of image {config.image!r}: {exc}") from None
+        self._events = ContainerEvents(self._container.id)
 
     # -- files: host-side, the local backend's semantics ------------------------------------
     @property
@@ -237,6 +279,7 @@ class DockerWorkspace:
             environment=_COMMAND_ENV,
         )["Id"]
         out, err = BoundedCapture(self.config.max_output_bytes), BoundedCapture(self.config.max_output_bytes)
+        events = self._events.count()
 
         def pump() -> None:
             for chunk_out, chunk_err in api.exec_start(exec_id, stream=True, demux=True):
@@ -247,15 +290,30 @@ class DockerWorkspace:
 
         reader = threading.Thread(target=pump, daemon=True)
         reader.start()
-        reader.join(timeout_s)
-        timed_out = reader.is_alive()
-        if timed_out:
+        stopped = self._wait(reader, started + timeout_s)
+        timed_out = reader.is_alive() and not stopped
+        if reader.is_alive():
             self._kill_user_processes()
             reader.join(self.config.kill_grace_s)
         duration = time.monotonic() - started
         code = api.exec_inspect(exec_id).get("ExitCode")
         exit_code = -9 if timed_out or code is None else int(code)
-        return CommandResult(exit_code, out.text(), err.text(), timed_out, duration)
+        notes = [stopped] if stopped else []
+        notes += self._events.hits(events, memory=self.config.mem_limit, processes=self.config.pids_limit)
+        if self._quota is not None and not stopped and (over := self._quota.check()):
+            notes.append(over)
+        return CommandResult(exit_code, out.text(), tell(err.text(), notes), timed_out, duration)
+
+    def _wait(self, reader: threading.Thread, deadline: float) -> str | None:
+        """Wait for the command's output to end, up to the monotonic `deadline`, checking the disk
+        quota meanwhile; returns why the quota stops the command, or None."""
+        if self._quota is not None:
+            self._quota.start()
+        while reader.is_alive() and (left := deadline - time.monotonic()) > 0:
+            reader.join(left if self._quota is None else min(left, self._quota.interval_s))
+            if reader.is_alive() and self._quota is not None and (stopped := self._quota.check()):
+                return stopped
+        return None
 
     def interrupt(self) -> None:
         """Kill the commands running now (from any thread); each `run` then returns what its command

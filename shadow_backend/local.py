@@ -10,18 +10,28 @@ files, then unsaved editor buffers) without writing anything in the user's repos
 `LocalBackend.from_origin` rebuilds the same start state from a recorded `WorkspaceOrigin`.
 
 Commands run with the root as cwd, in their own session and process group, with a scrubbed
-environment, a memory limit (RLIMIT_DATA) and a process-count limit (RLIMIT_NPROC; the kernel
-does not apply it to root), and output bounded while it is read. When bubblewrap works they run
-in `bwrap` with the host read-only, only the workspace and its home writable, a private /tmp, PID
-namespace and (unless `network=True`) no network; `origin.sandbox` says which applies. Commands
-can still *read* the host (tools on PATH, the user's virtualenv); they can't write outside the
-workspace and its home.
+environment, and output bounded while it is read. When bubblewrap works they run in `bwrap`
+(`shadow_backend.sandbox`); `origin.sandbox` says what applies.
+
+Threat model: sandbox
+
+Commands (and what they start) are untrusted: the model wrote them, or the repository did. They see
+the toolchain and /etc's public files read-only, their workspace and $HOME read-write, a private
+size-limited /tmp, and nothing else of the host: no secrets (/etc/shadow, /root, /home), no host
+UNIX socket (docker.sock, /run), no network unless `network=True`; they run without capabilities in
+their own user, PID, IPC and mount namespaces (see `shadow_backend.sandbox` for the exact list).
+Each command gets its own cgroup where this process can make one (`shadow_backend.limits`): memory
+(shared memory and tmpfs included) and a process cap that holds for root; elsewhere rlimits stand
+in (RLIMIT_AS, RLIMIT_NPROC, which root escapes), and `origin.sandbox` says "rlimit". The workspace
+may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE); a command that goes past it is
+stopped. A limit a command runs into is told at the end of its stderr (`[recap] memory limit of
+4 GiB reached: ...`). With `sandbox="none"` or without bubblewrap only the limits apply: commands see
+the host as the user.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 import resource
@@ -29,7 +39,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,16 +47,13 @@ from typing import Literal, Sequence
 
 from harness.errors import ConfigError, WorkspaceError
 from harness.workspace import CommandResult, WorkspaceOrigin, confine
-from shadow_backend import gc, git_state
+from shadow_backend import gc, git_state, limits, sandbox
+from shadow_backend.sandbox import bwrap_works
 
 logger = logging.getLogger(__name__)
 
 _DRAIN_GRACE_S = 0.5
 """After the main process exits, how long to keep reading output its leftovers still write."""
-
-_PROBE = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-          "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session"]
-
 
 @dataclass(frozen=True)
 class LocalConfig:
@@ -56,8 +62,18 @@ class LocalConfig:
     Attributes:
         sandbox: "auto" uses bubblewrap when it works and runs unsandboxed otherwise; "bwrap"
             requires it (`WorkspaceError` when it does not work); "none" never uses it.
-        memory_limit_bytes: RLIMIT_DATA of each command (None: no limit).
-        max_processes: RLIMIT_NPROC of each command (None: no limit; not enforced for root).
+        memory_limit_bytes: memory of one command, all its processes together, shared memory
+            and tmpfs files included (a cgroup's limit; the kernel kills a process of the command
+            when it is reached), plus RLIMIT_DATA of each process (an allocation beyond it fails at
+            once). Without a writable cgroup: RLIMIT_AS of each process instead. None: no limit.
+        max_processes: processes and threads of one command alive at once (the cgroup's
+            pids.max, which holds for root; without a cgroup RLIMIT_NPROC, which root escapes).
+            None: no limit.
+        tmp_size_bytes: size of the sandbox's private /tmp and of its /dev/shm (each a tmpfs;
+            writes beyond fail with "No space left on device").
+        disk_quota_bytes: how much the workspace (its files, git data and the commands' $HOME)
+            may grow beyond its size when it was made; also the largest file a command may write
+            (RLIMIT_FSIZE: "File too large"). A command that goes past it is stopped. None: no quota.
         max_output_bytes: per stream, how much output is kept (head and tail halves); the rest
             is counted and dropped while reading, so a command printing gigabytes costs no memory.
     """
@@ -65,6 +81,8 @@ class LocalConfig:
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
     memory_limit_bytes: int | None = 4 * 2**30
     max_processes: int | None = 4096
+    tmp_size_bytes: int = 2**30
+    disk_quota_bytes: int | None = 4 * 2**30
     max_output_bytes: int = 2**20
 
     def __post_init__(self) -> None:
@@ -74,22 +92,12 @@ class LocalConfig:
             raise ConfigError("memory_limit_bytes below 16 MiB leaves no room for a shell; use None for no limit")
         if self.max_processes is not None and self.max_processes < 1:
             raise ConfigError("max_processes must be at least 1 (or None for no limit)")
+        if self.tmp_size_bytes < 2**20:
+            raise ConfigError("tmp_size_bytes must be at least 1 MiB")
+        if self.disk_quota_bytes is not None and self.disk_quota_bytes < 2**20:
+            raise ConfigError("disk_quota_bytes must be at least 1 MiB (or None for no quota)")
         if self.max_output_bytes < 1024:
             raise ConfigError("max_output_bytes must be at least 1024")
-
-
-@functools.cache
-def bwrap_works() -> bool:
-    """Whether bubblewrap can make the namespaces commands run in (probed once per process)."""
-    if shutil.which("bwrap") is None:
-        return False
-    try:
-        probe = subprocess.run([*_PROBE, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if probe.returncode != 0:
-        logger.info("bubblewrap does not work here: %s", probe.stderr.decode(errors="replace").strip())
-    return probe.returncode == 0
 
 
 class BoundedCapture:
@@ -121,46 +129,71 @@ class BoundedCapture:
         return f"{head}\n[... {cut:,} bytes cut while reading ...]\n{self.tail.decode('utf-8', 'replace')}"
 
 
-def _limits_preexec(config: LocalConfig):
+def _limits_preexec(config: LocalConfig, cgroup: limits.CommandCgroup | None):
+    """What the child does before exec: join the command's cgroup, set the rlimits that stand in
+    for what no cgroup bounds, and let a too-large write fail with EFBIG instead of a signal."""
     def apply() -> None:
+        if cgroup is not None:
+            cgroup.enter()
         if config.memory_limit_bytes is not None:
             resource.setrlimit(resource.RLIMIT_DATA, (config.memory_limit_bytes,) * 2)
-        if config.max_processes is not None:
+            if cgroup is None:  # shared mappings are not data: bound the address space instead
+                resource.setrlimit(resource.RLIMIT_AS, (config.memory_limit_bytes,) * 2)
+        if config.max_processes is not None and cgroup is None:
             resource.setrlimit(resource.RLIMIT_NPROC, (config.max_processes,) * 2)
+        if config.disk_quota_bytes is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (config.disk_quota_bytes,) * 2)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
     return apply
 
 
 def _run_process(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float,
-                 config: LocalConfig, running: set[int]) -> CommandResult:
-    """Run `argv` in a new session; kill its process group on timeout, once it has exited, and when
-    anything (Ctrl-C) interrupts the wait. `running` holds the group id while it may be killed."""
+                 config: LocalConfig, running: set[int], quota: limits.DiskQuota | None = None) -> CommandResult:
+    """Run `argv` in a new session and its own cgroup (where one can be made); kill its process
+    group on timeout, once it has exited, when the disk `quota` is used up, and when anything
+    (Ctrl-C) interrupts the wait. `running` holds the group id while it may be killed. Limits the
+    command ran into are told at the end of its stderr, one `[recap] ...` line each."""
     started = time.monotonic()
+    cgroup = limits.CommandCgroup.create(memory_bytes=config.memory_limit_bytes, max_processes=config.max_processes)
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True,
-                                preexec_fn=_limits_preexec(config))
-    except OSError as exc:
-        return CommandResult(126, "", f"cannot start {argv[0]}: {exc.strerror}", False, time.monotonic() - started)
-    running.add(proc.pid)
-    try:
-        out, err, timed_out = _collect(proc, limit=started + timeout_s, config=config)
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True,
+                                    preexec_fn=_limits_preexec(config, cgroup))
+        except OSError as exc:
+            return CommandResult(126, "", f"cannot start {argv[0]}: {exc.strerror}", False, time.monotonic() - started)
+        running.add(proc.pid)
+        try:
+            out, err, timed_out, stopped = _collect(proc, limit=started + timeout_s, config=config, quota=quota)
+        finally:
+            running.discard(proc.pid)
+            try:  # the leader is not reaped yet, so its group id can't have been reused
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            exit_code = proc.wait()
+        notes = [stopped] if stopped else []
+        if cgroup is not None:
+            notes += cgroup.hits()
+        if quota is not None and not stopped and (over := quota.check()):
+            notes.append(over)
     finally:
-        running.discard(proc.pid)
-        try:  # the leader is not reaped yet, so its group id can't have been reused
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        exit_code = proc.wait()
-    return CommandResult(exit_code, out, err, timed_out, time.monotonic() - started)
+        if cgroup is not None:
+            cgroup.close()
+    return CommandResult(exit_code, out, limits.tell(err, notes), timed_out, time.monotonic() - started)
 
 
-def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig) -> tuple[str, str, bool]:
-    """Read a started command's stdout and stderr until it exits (and its pipes close) or the
-    monotonic deadline `limit`. Returns (stdout, stderr, timed_out); does not reap the process."""
+def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig,
+             quota: limits.DiskQuota | None) -> tuple[str, str, bool, str | None]:
+    """Read a started command's stdout and stderr until it exits (and its pipes close), the
+    monotonic deadline `limit`, or the disk `quota` is used up (checked every `quota.interval_s`).
+    Returns (stdout, stderr, timed_out, why the quota stopped it or None); does not reap it."""
     captures = {proc.stdout: BoundedCapture(config.max_output_bytes), proc.stderr: BoundedCapture(config.max_output_bytes)}
     pidfd = os.pidfd_open(proc.pid)  # readable once the main process exits (it is not reaped)
-    open_streams, exited, timed_out = len(captures), False, False
+    open_streams, exited, timed_out, stopped = len(captures), False, False, None
+    next_check = time.monotonic() + (quota.interval_s if quota else float("inf"))
     try:
         with selectors.DefaultSelector() as selector:
             selector.register(pidfd, selectors.EVENT_READ, None)
@@ -172,7 +205,11 @@ def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig) -> tu
                 if now >= limit:
                     timed_out = not exited
                     break
-                for key, _ in selector.select(timeout=limit - now):
+                if quota is not None and now >= next_check:
+                    if stopped := quota.check():
+                        break
+                    next_check = time.monotonic() + quota.interval_s
+                for key, _ in selector.select(timeout=min(limit, next_check) - now):
                     if key.data is None:
                         exited = True
                         selector.unregister(pidfd)
@@ -187,7 +224,7 @@ def _collect(proc: subprocess.Popen, *, limit: float, config: LocalConfig) -> tu
         for stream in captures:
             stream.close()
     out, err = (c.text() for c in captures.values())
-    return out, err, timed_out
+    return out, err, timed_out, stopped
 
 
 def _force_rmtree(path: Path) -> None:
@@ -227,6 +264,7 @@ class LocalWorkspace:
         self._git = git_state.ShadowRepo(root, private_index=tmp / "shadow.index")
         self._closed = False
         self._running: set[int] = set()
+        self._quota = limits.DiskQuota([tmp], config.disk_quota_bytes) if config.disk_quota_bytes else None
 
     # --- Workspace protocol ---------------------------------------------------------------
 
@@ -288,8 +326,10 @@ class LocalWorkspace:
             return CommandResult(127, "", f"command not found: {argv[0] if argv else '(empty)'}", False, 0.0)
         if self._bwrap:
             argv = self._bwrap_argv() + argv
+        if self._quota is not None:
+            self._quota.start()
         return _run_process(argv, cwd=self._root, env=env, timeout_s=timeout_s, config=self.config,
-                            running=self._running)
+                            running=self._running, quota=self._quota)
 
     def interrupt(self) -> None:
         """Kill the process groups of the commands running now (from any thread); each `run` then
@@ -363,34 +403,9 @@ class LocalWorkspace:
         }
 
     def _bwrap_argv(self) -> list[str]:
-        argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        for kept in _visible_below_tmp(self._command_env()["PATH"]):
-            argv += ["--ro-bind", kept, kept]
-        argv += ["--bind", str(self._root), str(self._root), "--bind", str(self._home), str(self._home),
-                "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
-                "--chdir", str(self._root)]
-        user_git = Path(self.origin.repo) / ".git"
-        if user_git.is_dir():  # the user's history is no answer source: hide it (the workspace's own is sealed)
-            argv += ["--tmpfs", str(user_git)]
-        if not self.network:
-            argv.append("--unshare-net")
-        return argv + ["--"]
-
-
-def _visible_below_tmp(path_var: str) -> list[str]:
-    """Host directories below /tmp that commands must still see (read-only) through their private
-    /tmp: the running interpreter's environment (`sys.prefix`: a virtualenv in a checkout under
-    /tmp) and each PATH entry (for a `bin` entry its parent, where a virtualenv keeps pyvenv.cfg)."""
-    tmp = Path("/tmp").resolve()
-    found: list[Path] = []
-    for entry in (sys.prefix, *path_var.split(os.pathsep)):
-        if not entry:
-            continue
-        path = Path(entry).resolve()
-        path = path.parent if path.name == "bin" else path
-        if tmp in path.parents and path.is_dir() and path not in found:
-            found.append(path)
-    return [str(p) for p in found if not any(q in p.parents for q in found)]
+        return sandbox.bwrap_argv(writable=[self._root, self._home], chdir=self._root,
+                                  path_var=self._command_env()["PATH"], hidden=[Path(self.origin.repo) / ".git"],
+                                  network=self.network, tmp_size_bytes=self.config.tmp_size_bytes)
 
 
 def _use_bwrap(config: LocalConfig) -> bool:
@@ -404,8 +419,15 @@ def _use_bwrap(config: LocalConfig) -> bool:
 
 def _sandbox_words(bwrap: bool, network: bool, config: LocalConfig) -> str:
     if bwrap:
-        return "bwrap: network allowed, read-only host" if network else "bwrap: no network, read-only host"
-    return "none: sandbox disabled by config" if config.sandbox == "none" else "none: bubblewrap unavailable"
+        where = (f"bwrap: {'network allowed' if network else 'no network'}, toolchain read-only, "
+                 f"no host secrets or sockets, /tmp {limits.size_words(config.tmp_size_bytes)}")
+    else:
+        where = "none: sandbox disabled by config" if config.sandbox == "none" else "none: bubblewrap unavailable"
+    how = "cgroup" if limits.cgroups_available() else "rlimit"
+    bounds = [f"memory {limits.size_words(config.memory_limit_bytes)} ({how})" if config.memory_limit_bytes else "",
+              f"{config.max_processes} processes ({how})" if config.max_processes else "",
+              f"disk quota {limits.size_words(config.disk_quota_bytes)}" if config.disk_quota_bytes else ""]
+    return "; ".join([where, ", ".join(b for b in bounds if b) or "no limits"])
 
 
 class LocalBackend:

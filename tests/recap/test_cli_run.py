@@ -126,3 +126,18 @@ def test_session_show_names_a_torn_first_line(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "recap", "session", "show", str(torn)],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "torn.jsonl:1: its only line was cut mid-write" in out.stderr
+
+
+def test_backend_limits_come_from_the_config_file(make_repo: Any, tmp_path: Path) -> None:
+    repo = make_repo({"a.txt": "a\n"})
+    config = tmp_path / "recap.toml"
+    config.write_text("[backend.local]\nmemory_limit_bytes = 67108864\nmax_processes = 32\n")
+    model = _script(tmp_path, ("finish", {"message": "ok"}))
+    out = _recap("--repo", str(repo), "--model", model, "--config", str(config), "look", sessions=tmp_path / "s")
+    assert out.returncode == 0, out.stderr
+    (session_file,) = (tmp_path / "s").iterdir()
+    assert "memory 64 MiB" in read_session(session_file).start.sandbox
+    assert "32 processes" in read_session(session_file).start.sandbox
+    config.write_text("[backend.local]\nmemory_limit = 1\n")
+    bad = _recap("--repo", str(repo), "--model", model, "--config", str(config), "look", sessions=tmp_path / "s")
+    assert bad.returncode == 2 and "unknown option(s) in [backend.local]: memory_limit" in bad.stderr

@@ -1,4 +1,4 @@
-"""Commands in a local workspace: sandbox (no network, read-only host, private /tmp), scrubbed
+"""Commands in a local workspace: sandbox (no network, read-only toolchain, private /tmp), scrubbed
 environment, limits, output bounded while reading, process-group kill with and without bwrap."""
 
 from __future__ import annotations
@@ -54,12 +54,12 @@ def test_bwrap_is_used_here() -> None:
 
 def test_network_is_refused_unless_asked_for(repo: Path, listener: int) -> None:
     with LocalBackend.create(repo) as ws:
-        assert ws.origin.sandbox == "bwrap: no network, read-only host"
+        assert ws.origin.sandbox.startswith("bwrap: no network, toolchain read-only")
         refused = ws.run(_connect(listener), timeout_s=30)
         assert refused.exit_code != 0 and "pong" not in refused.stdout
         assert "refused" in refused.stderr or "unreachable" in refused.stderr
     with LocalBackend.create(repo, network=True) as ws:
-        assert ws.origin.sandbox == "bwrap: network allowed, read-only host"
+        assert ws.origin.sandbox.startswith("bwrap: network allowed, toolchain read-only")
         assert ws.run(_connect(listener), timeout_s=30).stdout == "pong\n"
 
 
@@ -149,7 +149,8 @@ def test_memory_limit(repo: Path) -> None:
 
 
 def test_config_is_validated() -> None:
-    for bad in ({"sandbox": "docker"}, {"memory_limit_bytes": 10}, {"max_processes": 0}, {"max_output_bytes": 10}):
+    for bad in ({"sandbox": "docker"}, {"memory_limit_bytes": 10}, {"max_processes": 0}, {"max_output_bytes": 10},
+                {"tmp_size_bytes": 1000}, {"disk_quota_bytes": 1000}):
         with pytest.raises(ConfigError):
             LocalConfig(**bad)
 
