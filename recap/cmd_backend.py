@@ -147,15 +147,18 @@ def mine(
     verify: Optional[str] = typer.Option(None, "--verify", help="Command that checks a solution (recorded in each session)."),
     paths: Optional[list[str]] = typer.Option(None, "--paths", help="Glob of files that count as source (repeatable)."),
     out: Path = typer.Option(Path("mined-sessions"), "--out", help="Output directory."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command recorded in each session (e.g. \"pip install -e . pytest\")."),
 ) -> None:
-    """One session per commit: task = message, start = parent, reference diff = the commit's diff."""
+    """One session per commit: task = message, start = parent, reference diff = the commit's diff
+    of non-test files, test patch (applied before verify) = its diff of test files."""
     from harness.errors import RecapError
     from shadow_backend.mine import mine_sessions
 
     console = _console()
     try:
         with console.status("mining commits..."):
-            mined = mine_sessions(repo, out_dir=out, rev_range=rev_range, verify=verify, paths=paths)
+            mined = mine_sessions(repo, out_dir=out, rev_range=rev_range, verify=verify, paths=paths,
+                                  setup=setup)
     except RecapError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

@@ -56,6 +56,7 @@ def run(
     sessions_dir: Optional[Path] = typer.Option(None, "--sessions-dir", help="Where the session file goes (default: ~/.local/share/recap/sessions)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a local model (0: greedy)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the final diff to --repo (only when asked)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Set-up command of the project environment the agent's commands and --verify run in, e.g. \"pip install -e . pytest\" (run once with network, cached); none: the host toolchain. Default: [env] in REPO/recap.toml, else detected from pyproject.toml/setup.py/requirements*.txt."),
 ) -> None:
     """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
 
@@ -70,7 +71,7 @@ def run(
     from harness.errors import RecapError
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
-    from shadow_backend import open_backend
+    from shadow_backend import environment, open_backend
     from shadow_backend.backends import backend_config, read_backend_options
     from shadow_backend.scoring import score_workspace
 
@@ -96,6 +97,7 @@ def run(
             max_summaries=max_summaries,
         )
         backend_options = backend_config(backend, read_backend_options(config_file, backend))
+        env = environment.resolve(repo, setup, detect=backend == "local" and _sandbox_can_mount(backend_options))
         log = SessionWriter(path)
     except (RecapError, OSError) as exc:
         raise fail(str(exc)) from None
@@ -103,8 +105,9 @@ def run(
         with console.status(f"loading policy {escape(model)}..."):
             policy = load_policy(model, endpoint=endpoint, api_key=api_key,
                                  adapter=str(adapter) if adapter else None, **options)
-        with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
-            workspace = open_backend(backend, repo, config=backend_options)
+        building = f" and its environment ({escape(env.setup)}; the first time takes a while)" if env else ""
+        with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}{building}..."):
+            workspace = open_backend(backend, repo, config=backend_options, env=env)
     except RecapError as exc:
         log.close()
         path.unlink(missing_ok=True)
@@ -178,6 +181,13 @@ def show(
         raise typer.Exit(2) from None
     console = Console()
     render_session(session, console, output_lines=None if full else OUTPUT_LINES)
+
+
+def _sandbox_can_mount(config: Any) -> bool:
+    """Whether a detected environment can be used: it needs bubblewrap's mounts (else the host toolchain)."""
+    from shadow_backend.sandbox import bwrap_works
+
+    return getattr(config, "sandbox", "auto") != "none" and bwrap_works()
 
 
 def register(app: typer.Typer) -> None:

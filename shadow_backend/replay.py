@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from harness.errors import ConfigError, RecapError, SessionFormatError
 from harness.session import Observation, Session, SessionWriter, read_session
-from harness.workspace import WorkspaceOrigin
+from harness.workspace import Environment, WorkspaceOrigin
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,20 @@ class ReplayResult:
         return {**asdict(self), "ok": self.ok}
 
 
+def environment_of(recorded: dict[str, Any] | None) -> Environment | None:
+    """The project environment a session recorded (`SessionStart.env`), to be rebuilt by key (its
+    set-up and include list; the key and output are filled in again when it is built)."""
+    if not recorded or not isinstance(recorded.get("setup"), str):
+        return None
+    include = recorded.get("include") or ()
+    return Environment(setup=recorded["setup"], include=tuple(str(i) for i in include))
+
+
 def origin_of(session: Session) -> WorkspaceOrigin:
     """The start state a session recorded."""
     start = session.start
     return WorkspaceOrigin(repo=start.repo, base_commit=start.base_commit, base_diff=start.base_diff,
-                           buffers=dict(start.buffers))
+                           buffers=dict(start.buffers), env=environment_of(start.env))
 
 
 def session_config(session: Session) -> Any:
@@ -296,11 +305,12 @@ def sample_rollouts(
                 agent_policy = policy() if callable(policy) and not hasattr(policy, "generate") else policy
                 result = Agent(policy=agent_policy, workspace=workspace, config=config, log=writer).run(
                     start.task, origin=workspace.origin, source="rollout", verify=start.verify,
-                    reference_diff=start.reference_diff, adapter_id=start.adapter_id,
+                    reference_diff=start.reference_diff, test_patch=start.test_patch, adapter_id=start.adapter_id,
                     meta={"rollout_of": start.session_id, "sample": index},
                 )
                 score = score_workspace(workspace, diff=result.diff, verify=start.verify,
-                                        reference_diff=start.reference_diff, log=writer, timeout_s=verify_timeout_s)
+                                        reference_diff=start.reference_diff, log=writer, timeout_s=verify_timeout_s,
+                                        test_patch=start.test_patch)
             finally:
                 writer.close()
                 workspace.close()
