@@ -148,15 +148,22 @@ def download_sdist(requirement: str, cache: Path) -> Path:
     norm = re.sub(r"[-_.]+", "[-_.]", name)
     pattern = re.compile(rf"^{norm}-{re.escape(version)}\.(tar\.gz|zip|tar\.bz2)$", re.IGNORECASE)
     found = [p for p in folder.iterdir() if pattern.match(p.name)]
-    if not found:
+    problem = ""
+    # without build isolation first (fast: this interpreter's setuptools reads the metadata), then
+    # with it, for packages whose build backend is not installed here (hatchling, setuptools_scm)
+    for isolation in (["--no-build-isolation"], []):
+        if found:
+            break
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", *isolation,
              "-q", requirement, "-d", str(folder)],
             capture_output=True, text=True, timeout=600,
         )
         found = [p for p in folder.iterdir() if pattern.match(p.name)]
-        if proc.returncode != 0 or not found:
-            raise ConfigError(f"pip could not download the sdist of {requirement}: {proc.stderr.strip()[-500:]}")
+        if not found:
+            problem = proc.stderr.strip()[-500:]
+    if not found:
+        raise ConfigError(f"pip could not download the sdist of {requirement}: {problem}")
     return found[0]
 
 

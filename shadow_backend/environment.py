@@ -59,7 +59,7 @@ WORKSPACE_MOUNT = "/workspace"
 PIP_CACHE_MOUNT = "/recap/pip-cache"
 DEFINING_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "uv.lock", "tox.ini", "recap.toml")
 """Files whose contents (with every `requirements*.txt` at the root) are part of the key."""
-_KEY_VERSION = "1"
+_KEY_VERSION = "2"
 _TEST_EXTRAS = ("test", "tests", "testing")
 _MAX_OUTPUT_CHARS = 20_000
 

@@ -420,14 +420,17 @@ class LocalWorkspace:
 
 
 def _env_bwrap_argv(root: Path, home: Path, binds: list[tuple[Path, str, bool]], *, repo: str, network: bool,
-                    config: LocalConfig) -> list[str]:
+                    config: LocalConfig, hide_git: bool = False) -> list[str]:
     """The sandbox of a workspace with a project environment: the workspace at WORKSPACE_MOUNT,
-    `binds` (the environment), the base interpreter instead of recap's virtualenv."""
+    `binds` (the environment), the base interpreter instead of recap's virtualenv; `hide_git`
+    shows the workspace's .git empty (for the set-up: see `_build_environment`)."""
+    empty = [f"{environment.WORKSPACE_MOUNT}/.git"] if hide_git and (root / ".git").is_dir() else []
     path_var = environment.command_path(os.environ.get("PATH", os.defpath))
     return sandbox.bwrap_argv(writable=[home], chdir=environment.WORKSPACE_MOUNT, path_var=path_var,
                               hidden=[Path(repo) / ".git"], network=network, tmp_size_bytes=config.tmp_size_bytes,
                               binds=[(root, environment.WORKSPACE_MOUNT, True), *binds],
-                              prefixes=[os.path.dirname(os.path.dirname(environment.base_interpreter()))])
+                              prefixes=[os.path.dirname(os.path.dirname(environment.base_interpreter()))],
+                              empty=empty)
 
 
 def _prepare_environment(env: Environment, *, repo: str, root: Path, home: Path,
@@ -457,7 +460,13 @@ def _build_environment(env: Environment, key: str, env_dir: Path, *, repo: str, 
                        config: LocalConfig) -> None:
     """Run the set-up command of `env` in the workspace at `root` (network on, the venv being built
     and the pip cache writable), save what it wrote into the workspace as the overlay, and rename
-    the result to `env_dir` once complete. Call with the key's lock held."""
+    the result to `env_dir` once complete. Call with the key's lock held.
+
+    The workspace's sealed .git is hidden from the set-up: its history is not the project's (no
+    tags), so a version computed from it (setuptools_scm, hatch-vcs) would be wrong, e.g. 0.1.dev1,
+    and make pip pick ancient releases of the packages that depend on the project. Without it an
+    sdist's version comes from PKG-INFO; a checkout states its own version in the set-up command
+    (`SETUPTOOLS_SCM_PRETEND_VERSION=1.2.3 pip install -e .`)."""
     building = env_dir.with_name(f"{key}.building-{os.getpid()}")
     _force_rmtree(building)
     (building / "venv").mkdir(parents=True)
@@ -465,7 +474,7 @@ def _build_environment(env: Environment, key: str, env_dir: Path, *, repo: str, 
         before = environment.file_states(root)
         binds = [(building / "venv", environment.ENV_MOUNT, True),
                  (environment.pip_cache(), environment.PIP_CACHE_MOUNT, True)]
-        argv = _env_bwrap_argv(root, home, binds, repo=repo, network=True, config=config)
+        argv = _env_bwrap_argv(root, home, binds, repo=repo, network=True, config=config, hide_git=True)
         variables = {"HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "TMPDIR": "/tmp",
                      "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1",
                      "PATH": environment.command_path(os.environ.get("PATH", os.defpath)),

@@ -176,7 +176,7 @@ def _toolchain_dirs(path_var: str, home: str, *prefixes: str) -> tuple[str, ...]
 
 def bwrap_argv(*, writable: Sequence[Path], chdir: Path | str, path_var: str, hidden: Sequence[Path] = (),
                network: bool, tmp_size_bytes: int, binds: Sequence[tuple[Path, str, bool]] = (),
-               prefixes: Sequence[str] | None = None) -> list[str]:
+               prefixes: Sequence[str] | None = None, empty: Sequence[str] = ()) -> list[str]:
     """The `bwrap ... --` prefix that runs a command as the threat model above says.
 
     Args:
@@ -189,6 +189,7 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path | str, path_var: str, hi
         binds: (host directory, path inside, writable) mounted elsewhere than at their host path
             (a project environment and the workspace at fixed paths, `shadow_backend.environment`).
         prefixes: the interpreter environments to bind (default: recap's own, see `toolchain_dirs`).
+        empty: directories inside the sandbox shown empty and read-only (below a bind).
     """
     uid, gid = sandbox_ids()
     argv = ["bwrap", *_isolation(), "--uid", str(uid), "--gid", str(gid), *_system_argv(),
@@ -209,6 +210,8 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path | str, path_var: str, hi
         argv += ["--bind", str(path), str(path)]
     for host, inside, rw in binds:
         argv += ["--bind" if rw else "--ro-bind", str(host), inside]
+    for inside in empty:
+        argv += ["--tmpfs", inside, "--remount-ro", inside]
     bound = [Path(p) for p in (*_SYSTEM_DIRS, "/etc", *tools)]
     for path in hidden:  # the user's history is no answer source (the workspace's own is sealed)
         if path.is_dir() and any(b == path or b in path.parents for b in bound):
