@@ -62,6 +62,7 @@ def replay(
     samples: int = typer.Option(1, "--samples", help="Rollouts per session (with --model)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where rollout session files go (with --model)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit of each rollout (with --model)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of the one each session recorded (none: no environment)."),
 ) -> None:
     """Re-execute logged sessions headless and compare every observation and the final diff;
     with --model, sample and score fresh rollouts from each session's start state instead.
@@ -74,7 +75,8 @@ def replay(
     console = _console()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     if model is not None:
-        _sample(sessions, model=model, samples=samples, backend=backend, out=out, max_steps=max_steps, report=report)
+        _sample(sessions, model=model, samples=samples, backend=backend, out=out, max_steps=max_steps, report=report,
+                setup=setup)
         return
     from shadow_backend.replay import replay_sessions
 
@@ -96,7 +98,7 @@ def replay(
                     where = f"step {d.step} obs {d.obs_id}" if d.step is not None else "final diff"
                     progress.console.print(f"  [red]{where}[/red] ({d.what}):\n{d.detail}", markup=False)
 
-            results = replay_sessions(sessions, backend=backend, jobs=jobs, on_done=done)
+            results = replay_sessions(sessions, backend=backend, jobs=jobs, on_done=done, setup=setup)
     except RecapError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -110,7 +112,7 @@ def replay(
 
 def _sample(
     sessions: list[Path], *, model: str, samples: int, backend: str, out: Optional[Path],
-    max_steps: Optional[int], report: Optional[Path],
+    max_steps: Optional[int], report: Optional[Path], setup: Optional[str],
 ) -> None:
     from harness.errors import RecapError
     from harness.policies import load_policy
@@ -127,7 +129,8 @@ def _sample(
             session = read_session(path)
             config = session_config(session).with_overrides(max_steps=max_steps)
             with console.status(f"{path}: sampling {samples} rollouts..."):
-                rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out)
+                rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out,
+                                           setup=setup)
             for r in rollouts:
                 console.print(f"{path} #{r.index}: {r.stop_reason} after {r.steps} steps, score {r.score}"
                               + (f", session {r.session_path}" if r.session_path else ""))

@@ -145,11 +145,12 @@ def tasks_make(
     out: Path = typer.Option(Path("tasks"), "--out", help="Where the task sessions go."),
     cache: Path = typer.Option(Path.home() / ".cache" / "recap" / "tasks", "--cache", help="Downloads and task repositories (keep it: sessions point here)."),
     seed: int = typer.Option(0, "--seed", help="Order in which mutations are tried."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command recorded in each task, e.g. \"pip install -e . pytest\" (rollouts and scoring run the tests in it)."),
 ) -> None:
     """Download a package's sdist, inject bugs by AST mutation, write one session per failing bug."""
     from rl.tasks import make_tasks
 
-    paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed)
+    paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed, setup=setup)
     typer.echo(f"{len(paths)} task session(s) in {out}")
 
 

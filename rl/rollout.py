@@ -75,20 +75,6 @@ def origin_of(start: SessionStart) -> WorkspaceOrigin:
     )
 
 
-def with_setup(origin: WorkspaceOrigin, setup: str | None) -> WorkspaceOrigin:
-    """`origin` with its environment's set-up command replaced by `setup` ("none" or "": no
-    environment; None: unchanged; the include list is kept)."""
-    import dataclasses
-
-    from harness.workspace import Environment
-
-    if setup is None:
-        return origin
-    include = origin.env.include if origin.env else ()
-    env = Environment(setup=setup, include=include) if setup.strip() not in ("", "none") else None
-    return dataclasses.replace(origin, env=env)
-
-
 def rollout_group(
     policy: Any,
     start: SessionStart,
@@ -129,6 +115,7 @@ def rollout_group(
         WorkspaceError: the start state cannot be rebuilt.
     """
     from shadow_backend.backends import rebuild_backend
+    from shadow_backend.replay import with_setup
 
     if len(seeds) != group_size:
         raise ValueError(f"{len(seeds)} seeds for a group of {group_size}")

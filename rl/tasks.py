@@ -238,7 +238,7 @@ def _is_test_file(path: str) -> bool:
 # tasks
 # ---------------------------------------------------------------------------------------------
 def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, seed: int = 0,
-               test_timeout_s: float = 120.0, max_verify_tests: int = 5) -> list[Path]:
+               test_timeout_s: float = 120.0, max_verify_tests: int = 5, setup: str | None = None) -> list[Path]:
     """Make up to `count` task sessions from one PyPI package.
 
     Args:
@@ -250,6 +250,8 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
         seed: order in which mutation candidates are tried.
         test_timeout_s: timeout of one test-suite run.
         max_verify_tests: at most this many failing test ids go into `verify`.
+        setup: a project environment set-up command recorded in each session (e.g. "pip install
+            -e . pytest"): rollouts and scoring then run the package's tests in it.
     Returns:
         The session files written.
     Raises:
@@ -308,7 +310,7 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
             task=(f"Some tests of this project fail: {', '.join(failing[:max_verify_tests])}. "
                   f"Find the bug in the source code and fix it. Do not change the tests. "
                   f"Check with: {verify}"),
-            model="", verify=verify, reference_diff=fix,
+            model="", verify=verify, reference_diff=fix, env={"setup": setup, "include": []} if setup else None,
             meta={"package": requirement, "mutation": mutation.kind, "file": mutation.path, "line": mutation.line,
                   "description": mutation.description, "failing_tests": len(failing)},
         )

@@ -126,6 +126,18 @@ def environment_of(recorded: dict[str, Any] | None) -> Environment | None:
     return Environment(setup=recorded["setup"], include=tuple(str(i) for i in include))
 
 
+def with_setup(origin: WorkspaceOrigin, setup: str | None) -> WorkspaceOrigin:
+    """`origin` with its environment's set-up command replaced by `setup` ("none" or "": no
+    environment; None: unchanged; the include list is kept)."""
+    import dataclasses
+
+    if setup is None:
+        return origin
+    include = origin.env.include if origin.env else ()
+    env = Environment(setup=setup, include=include) if setup.strip() not in ("", "none") else None
+    return dataclasses.replace(origin, env=env)
+
+
 def origin_of(session: Session) -> WorkspaceOrigin:
     """The start state a session recorded."""
     start = session.start
@@ -152,7 +164,7 @@ def _compare(recorded: str, replayed: str, roots: tuple[str, ...]) -> Literal["e
     return "diverged"
 
 
-def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> ReplayResult:
+def replay_session(path: str | os.PathLike[str], *, backend: str = "local", setup: str | None = None) -> ReplayResult:
     """Replay one session file on `backend` ("local" or "docker"); never raises for a bad session:
     the problem is in `ReplayResult.error` (a torn file is replayed up to the tear and reported)."""
     from harness.tools import default_registry
@@ -171,7 +183,7 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
     divergences: list[Divergence] = []
     final_state: Literal["exact", "normalized", "diverged", "absent"] = "absent"
     try:
-        workspace = rebuild_backend(backend, origin_of(session))
+        workspace = rebuild_backend(backend, with_setup(origin_of(session), setup))
     except RecapError as exc:
         return ReplayResult(path=str(path), session_id=session.start.session_id,
                             error=f"{path}: cannot rebuild the start state: {exc}", duration_s=time.monotonic() - started)
@@ -214,15 +226,17 @@ def replay_sessions(
     backend: str = "local",
     jobs: int = 1,
     on_done: Callable[[ReplayResult], None] | None = None,
+    setup: str | None = None,
 ) -> list[ReplayResult]:
     """Replay sessions, `jobs` at a time (threads; the work is commands and file I/O).
-    Results come back in the order of `paths`; `on_done` is called as each finishes."""
+    Results come back in the order of `paths`; `on_done` is called as each finishes. `setup`
+    replaces each session's environment set-up (`with_setup`)."""
     if jobs < 1:
         raise ConfigError(f"jobs={jobs} must be at least 1")
     paths = list(paths)
 
     def one(p: str | os.PathLike[str]) -> ReplayResult:
-        result = replay_session(p, backend=backend)
+        result = replay_session(p, backend=backend, setup=setup)
         if on_done is not None:
             on_done(result)
         return result
@@ -264,6 +278,7 @@ def sample_rollouts(
     config: Any = None,
     out_dir: str | os.PathLike[str] | None = None,
     verify_timeout_s: float = 600.0,
+    setup: str | None = None,
 ) -> list[Rollout]:
     """Sample `n` rollouts of `policy` from the start state of `session` and score them.
 
@@ -276,6 +291,7 @@ def sample_rollouts(
         out_dir: where each rollout's session file goes (`<session_id>-rollout-<i>.jsonl`);
             None keeps the logs in memory.
         verify_timeout_s: timeout of the session's verify command per rollout.
+        setup: the environment's set-up command instead of the recorded one (`with_setup`).
     Returns:
         The rollouts in sample order.
     Raises:
@@ -291,7 +307,7 @@ def sample_rollouts(
         session = read_session(session)
     start = session.start
     config = config or session_config(session)
-    base = rebuild_backend(backend, origin_of(session))
+    base = rebuild_backend(backend, with_setup(origin_of(session), setup))
     try:
         workspaces = base.fork(n)
     finally:

@@ -89,3 +89,34 @@ def test_second_workspace_reuses_the_environment(buggy) -> None:
             assert second.origin.env == first.origin.env
             assert second.diff() == ""
             assert not run_verify(second, verify, timeout_s=300).passed
+
+
+@pytest.mark.parametrize("buggy", ["idna==3.7"], indirect=True)
+def test_eval_scores_a_task_in_its_recorded_environment(buggy, tmp_path: Path) -> None:
+    """A task session that records its environment: `rl.evaluate` with a scripted gold fix passes
+    verify on the rebuilt environment, doing nothing fails (recap eval --model scripted:...)."""
+    import json
+    import time
+
+    from harness.session import SCHEMA_VERSION, SessionStart
+    from harness.toolcall import render_tool_call
+    from rl.evaluate import EvalConfig, evaluate
+
+    repo, path, fixed, verify, _ = buggy
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    start = SessionStart(seq=0, ts=time.time(), schema_version=SCHEMA_VERSION, session_id="t", source="task",
+                         repo=str(repo), base_commit=subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
+                                                                    capture_output=True, text=True).stdout.strip(),
+                         task="fix the bug", model="", verify=verify, env={"setup": "pip install -e . pytest"})
+    (sessions / "t.jsonl").write_text(start.model_dump_json() + "\n")
+    rates = {}
+    _, good, bad, _, _ = CASES["idna==3.7"]
+    for name, calls in {"gold": [("edit_file", {"path": path, "old_string": bad, "new_string": good})],
+                        "nothing": []}.items():
+        script = tmp_path / f"{name}.json"
+        script.write_text(json.dumps([render_tool_call(n, a) for n, a in [*calls, ("finish", {"message": "done"})]]))
+        report = evaluate(EvalConfig(sessions_dir=str(sessions), model=f"scripted:{script}", max_episode_steps=3,
+                                     out=str(tmp_path / name)))
+        rates[name] = report.pass_rate
+    assert rates == {"gold": 1.0, "nothing": 0.0}
