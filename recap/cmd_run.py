@@ -56,6 +56,7 @@ def run(
     sessions_dir: Optional[Path] = typer.Option(None, "--sessions-dir", help="Where the session file goes (default: ~/.local/share/recap/sessions)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature of a local model (0: greedy)."),
     apply: bool = typer.Option(False, "--apply", help="Apply the final diff to --repo (only when asked)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Docker backend: the image commands run in (your own, holding the project's toolchain) instead of recap-base."),
     setup: Optional[str] = typer.Option(None, "--setup", help="Set-up command of the project environment the agent's commands and --verify run in, e.g. \"pip install -e . pytest\" (run once with network, cached); none: the host toolchain. Default: [env] in REPO/recap.toml, else detected from pyproject.toml/setup.py/requirements*.txt."),
 ) -> None:
     """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
@@ -68,7 +69,7 @@ def run(
 
     from harness.agent import Agent
     from harness.config import RecapConfig
-    from harness.errors import RecapError
+    from harness.errors import ConfigError, RecapError
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
     from shadow_backend import environment, open_backend
@@ -96,7 +97,10 @@ def run(
             keep_recent=keep_recent,
             max_summaries=max_summaries,
         )
-        backend_options = backend_config(backend, read_backend_options(config_file, backend))
+        if image is not None and backend != "docker":
+            raise ConfigError("--image is an option of the docker backend; add --backend docker")
+        backend_options = backend_config(backend, {**read_backend_options(config_file, backend),
+                                                   **({"image": image} if image is not None else {})})
         env = environment.resolve(repo, setup, detect=backend == "local" and _sandbox_can_mount(backend_options))
         log = SessionWriter(path)
     except (RecapError, OSError) as exc:

@@ -172,3 +172,9 @@ def test_eval_help_lists_scripted_policies_and_backends() -> None:
     out = subprocess.run([sys.executable, "-m", "recap", "eval", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, env={**os.environ, "COLUMNS": "200"})
     assert out.returncode == 0 and "scripted:" in out.stdout and "--backend" in out.stdout and "--setup" in out.stdout
+
+
+def test_image_is_a_docker_option(make_repo: Any, tmp_path: Path) -> None:
+    repo = make_repo({"a.txt": "x\n"})
+    out = _recap("--repo", str(repo), "--model", _script(tmp_path), "--image", "python:3.12", "t", sessions=tmp_path / "s")
+    assert out.returncode == 2 and "--backend docker" in out.stderr
