@@ -218,6 +218,22 @@ def save_overlay(root: Path, before: dict[str, tuple[int, int]], dest: Path) -> 
     return sorted(changed)
 
 
+def _writable_target(root: Path, rel: str) -> Path:
+    """Where to write the file `rel` below `root`: its folders made, none of them a symlink that
+    leads out of `root`, and a symlink at `rel` itself removed (so the write cannot follow it).
+
+    Raises: PathOutsideWorkspace."""
+    parent = PurePosixPath(rel).parent
+    for depth in range(1, len(parent.parts) + 1):
+        confine(root, str(PurePosixPath(*parent.parts[:depth])))
+    folder = confine(root, str(parent)) if parent.parts else root
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / PurePosixPath(rel).name
+    if target.is_symlink():
+        target.unlink()
+    return target
+
+
 def apply_overlay(source: Path, root: Path) -> None:
     """Copy the overlay at `source` into the workspace at `root` (files replaced, symlinks as links)."""
     if not source.is_dir():
@@ -225,9 +241,8 @@ def apply_overlay(source: Path, root: Path) -> None:
     for top, dirs, files in os.walk(source):
         for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
             full = Path(top) / name
-            target = root / full.relative_to(source)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.is_file():
+            target = _writable_target(root, full.relative_to(source).as_posix())
+            if target.is_file():
                 target.unlink()
             shutil.copy2(full, target, follow_symlinks=False)
 
@@ -252,9 +267,7 @@ def copy_includes(repo: Path, root: Path, include: tuple[str, ...]) -> list[str]
                 continue
             if not source.is_file():
                 continue
-            target = confine(root, rel) if (root / rel).exists() else root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            shutil.copyfile(source, _writable_target(root, rel))
             copied.append(rel)
     return copied
 

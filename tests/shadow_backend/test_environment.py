@@ -78,6 +78,26 @@ def test_include_copies_ignored_files_and_refuses_to_leave_the_repository(tmp_pa
             environment.copy_includes(repo, root, (bad,))
 
 
+def test_overlay_and_includes_never_write_through_a_symlink_out_of_the_workspace(tmp_path: Path) -> None:
+    from harness.errors import PathOutsideWorkspace
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    overlay = _write(tmp_path / "overlay", {"gen/evil.py": "x", "link.py": "y"})
+    root = tmp_path / "ws"
+    root.mkdir()
+    os.symlink(outside, root / "gen")
+    os.symlink(outside / "target.py", root / "link.py")
+    with pytest.raises(PathOutsideWorkspace):
+        environment.apply_overlay(overlay, root)
+    repo = _write(tmp_path / "repo", {"gen/evil.py": "x"})
+    with pytest.raises(PathOutsideWorkspace):
+        environment.copy_includes(repo, root, ("gen/*.py",))
+    (root / "gen").unlink()
+    environment.apply_overlay(overlay, root)  # a symlink at the file itself is replaced, not followed
+    assert list(outside.iterdir()) == [] and (root / "link.py").read_text() == "y" and not (root / "link.py").is_symlink()
+
+
 def test_clean_path_drops_recap_and_other_virtualenvs(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
