@@ -27,6 +27,11 @@ may grow by `disk_quota_bytes` (one file by as much: RLIMIT_FSIZE); a command th
 stopped. A limit a command runs into is told at the end of its stderr (`[recap] memory limit of
 4 GiB reached: ...`). With `sandbox="none"` or without bubblewrap only the limits apply: commands see
 the host as the user.
+
+With a project environment (`env`, `shadow_backend.environment`) commands see the workspace at
+/workspace and the environment's virtualenv read-only at /recap/env instead of recap's own
+interpreter environment; its set-up command runs once per key in the same sandbox with the network
+on (see the threat model there).
 """
 
 from __future__ import annotations
