@@ -162,3 +162,13 @@ def test_failing_set_up_is_an_error_with_its_output_and_is_not_cached(make_repo:
     with pytest.raises(WorkspaceError, match="(?s)exit 3.*broken on purpose"):
         LocalBackend.create(repo, env=Environment(setup="echo broken on purpose; exit 3"))
     assert not any(p.is_dir() for p in (private_cache / "envs").iterdir())
+
+
+@pytest.mark.docker
+def test_docker_base_image_has_python_pip_and_venv(make_repo: Any) -> None:
+    """Fault 6: the image had python3 only (rebuild an older one: recap backend build-image --force)."""
+    from shadow_backend.docker_backend import DockerBackend
+
+    with DockerBackend.create(make_repo({"a.py": ""})) as ws:
+        ran = ws.run("python --version && python -m pip --version && python -m venv --help > /dev/null", timeout_s=60)
+        assert ran.exit_code == 0, ran.stdout + ran.stderr
