@@ -172,3 +172,22 @@ def test_docker_base_image_has_python_pip_and_venv(make_repo: Any) -> None:
     with DockerBackend.create(make_repo({"a.py": ""})) as ws:
         ran = ws.run("python --version && python -m pip --version && python -m venv --help > /dev/null", timeout_s=60)
         assert ran.exit_code == 0, ran.stdout + ran.stderr
+
+
+def test_mined_session_splits_the_fix_from_its_tests(make_repo: Any, tmp_path: Path) -> None:
+    from harness.session import read_session
+    from shadow_backend.mine import mine_sessions
+    from tests.conftest import run_git
+
+    repo = make_repo({"calc.py": "def add(a, b):\n    return a - b\n"})
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_calc.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    run_git(repo, "add", "-A")
+    run_git(repo, "commit", "-qm", "Fix add")
+    [mined] = mine_sessions(repo, out_dir=tmp_path / "mined", rev_range="HEAD~1..HEAD", verify="pytest -q",
+                            setup="pip install pytest")
+    start = read_session(mined.path).start
+    assert "calc.py" in start.reference_diff and "tests/" not in start.reference_diff
+    assert start.test_patch.startswith("diff --git a/tests/test_calc.py") and "calc.py b/calc.py" not in start.test_patch
+    assert start.env == {"setup": "pip install pytest", "include": []}
