@@ -15,6 +15,7 @@ exception ends the run with stop reason "error"; there is always a `Final` event
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -165,6 +166,7 @@ class Agent:
         source: str = "cli",
         verify: str | None = None,
         reference_diff: str | None = None,
+        test_patch: str | None = None,
         adapter_id: str | None = None,
         meta: dict[str, Any] | None = None,
         session_id: str | None = None,
@@ -186,7 +188,8 @@ class Agent:
             buffers=dict(origin.buffers) if origin else {}, sandbox=origin.sandbox if origin else "",
             task=task, model=self.policy.spec, adapter_id=adapter_id, config=self.config.to_dict(),
             tools=self.tools.specs(), system_prompt=SYSTEM_PROMPT, verify=verify,
-            reference_diff=reference_diff, meta=meta or {},
+            reference_diff=reference_diff, test_patch=test_patch, meta=meta or {},
+            env=dataclasses.asdict(origin.env) if origin and origin.env else None,
         )
         try:
             self._pin_rules()

@@ -94,6 +94,12 @@ class SessionStart(_Event):
     """Shell command whose exit status scores the outcome (e.g. the failing tests)."""
     reference_diff: str | None = None
     """A known-good diff for the task (a mined commit's diff), when there is one."""
+    test_patch: str | None = None
+    """Tests the task's fix adds or changes (git diff): applied to the workspace just before
+    `verify` runs, never shown to the agent (the SWE-bench convention)."""
+    env: dict[str, Any] | None = None
+    """The project environment (`harness.workspace.Environment` as a dict: setup, include, key,
+    output) that commands and verify ran in; None: the host toolchain."""
     meta: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("repo")

@@ -204,6 +204,26 @@ def special_file_error(path: str, mode: int) -> NotRegularFile:
 
 
 @dataclass(frozen=True)
+class Environment:
+    """The project's own toolchain, made by a set-up command (`shadow_backend.environment`).
+
+    Attributes:
+        setup: the shell command that builds it (e.g. "pip install -e . pytest"), run once per key
+            with network access, in a fresh virtualenv that is first on the commands' PATH.
+        include: git-ignored files or glob patterns (workspace-relative) copied from the user's
+            checkout into every workspace.
+        key: what the built environment is cached under (a hash of `setup`, `include`, the files
+            that define the environment and the interpreter); "" until a backend has built it.
+        output: the set-up command's output when it was built (bounded), "" until then.
+    """
+
+    setup: str
+    include: tuple[str, ...] = ()
+    key: str = ""
+    output: str = ""
+
+
+@dataclass(frozen=True)
 class WorkspaceOrigin:
     """Where a shadow workspace came from: what a session records to rebuild its start state.
 
@@ -215,6 +235,7 @@ class WorkspaceOrigin:
         buffers: unsaved editor buffers applied on top (workspace-relative path -> text).
         sandbox: how commands are isolated, in words ("bwrap: no network", "none: bubblewrap missing",
             "docker: network_mode=none").
+        env: the project environment commands run in (None: the host toolchain as it is).
     """
 
     repo: str
@@ -222,3 +243,4 @@ class WorkspaceOrigin:
     base_diff: str = ""
     buffers: dict[str, str] = field(default_factory=dict)
     sandbox: str = ""
+    env: Environment | None = None

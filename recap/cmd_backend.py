@@ -62,6 +62,7 @@ def replay(
     samples: int = typer.Option(1, "--samples", help="Rollouts per session (with --model)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where rollout session files go (with --model)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit of each rollout (with --model)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of the one each session recorded (none: no environment)."),
 ) -> None:
     """Re-execute logged sessions headless and compare every observation and the final diff;
     with --model, sample and score fresh rollouts from each session's start state instead.
@@ -75,7 +76,8 @@ def replay(
     console = _console()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     if model is not None:
-        _sample(sessions, model=model, samples=samples, backend=backend, out=out, max_steps=max_steps, report=report)
+        _sample(sessions, model=model, samples=samples, backend=backend, out=out, max_steps=max_steps, report=report,
+                setup=setup)
         return
     from shadow_backend.replay import replay_sessions
 
@@ -100,7 +102,7 @@ def replay(
                     where = f"step {d.step} obs {d.obs_id}" if d.step is not None else "final diff"
                     progress.console.print(f"  [red]{where}[/red] ({d.what}):\n{d.detail}", markup=False)
 
-            results = replay_sessions(sessions, backend=backend, jobs=jobs, on_done=done)
+            results = replay_sessions(sessions, backend=backend, jobs=jobs, on_done=done, setup=setup)
     except RecapError as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
@@ -114,7 +116,7 @@ def replay(
 
 def _sample(
     sessions: list[Path], *, model: str, samples: int, backend: str, out: Optional[Path],
-    max_steps: Optional[int], report: Optional[Path],
+    max_steps: Optional[int], report: Optional[Path], setup: Optional[str],
 ) -> None:
     from rich.markup import escape
 
@@ -133,7 +135,8 @@ def _sample(
             session = read_session(path)
             config = session_config(session).with_overrides(max_steps=max_steps)
             with console.status(f"{escape(str(path))}: sampling {samples} rollouts..."):
-                rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out)
+                rollouts = sample_rollouts(session, policy, n=samples, backend=backend, config=config, out_dir=out,
+                                           setup=setup)
             for r in rollouts:
                 console.print(f"{path} #{r.index}: {r.stop_reason} after {r.steps} steps, score {r.score}"
                               + (f", session {r.session_path}" if r.session_path else ""), markup=False)
@@ -153,15 +156,18 @@ def mine(
     verify: Optional[str] = typer.Option(None, "--verify", help="Command that checks a solution (recorded in each session)."),
     paths: Optional[list[str]] = typer.Option(None, "--paths", help="Glob of files that count as source (repeatable)."),
     out: Path = typer.Option(Path("mined-sessions"), "--out", help="Output directory."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command recorded in each session (e.g. \"pip install -e . pytest\")."),
 ) -> None:
-    """One session per commit: task = message, start = parent, reference diff = the commit's diff."""
+    """One session per commit: task = message, start = parent, reference diff = the commit's diff
+    of non-test files, test patch (applied before verify) = its diff of test files."""
     from harness.errors import RecapError
     from shadow_backend.mine import mine_sessions
 
     console = _console()
     try:
         with console.status("mining commits..."):
-            mined = mine_sessions(repo, out_dir=out, rev_range=rev_range, verify=verify, paths=paths)
+            mined = mine_sessions(repo, out_dir=out, rev_range=rev_range, verify=verify, paths=paths,
+                                  setup=setup)
     except RecapError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

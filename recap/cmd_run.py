@@ -80,6 +80,8 @@ def run(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="openai: specs: the served model's tokenizer (folder, hub name or GGUF file) for exact token counts."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: specs: seconds to wait for a reply (per attempt)."),
     retries: Optional[int] = typer.Option(None, "--retries", help="openai: specs: retries after a timeout, a lost connection, HTTP 429 or 5xx."),
+    image: Optional[str] = typer.Option(None, "--image", help="Docker backend: the image commands run in (your own, holding the project's toolchain) instead of recap-base."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Set-up command of the project environment the agent's commands and --verify run in, e.g. \"pip install -e . pytest\" (run once with network, cached); none: the host toolchain. Default: [env] in REPO/recap.toml, else detected from pyproject.toml/setup.py/requirements*.txt."),
 ) -> None:
     """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
 
@@ -91,10 +93,10 @@ def run(
 
     from harness.agent import Agent
     from harness.config import RecapConfig
-    from harness.errors import RecapError
+    from harness.errors import ConfigError, RecapError
     from harness.policies import load_policy
     from harness.session import SessionWriter, default_sessions_dir, new_session_id
-    from shadow_backend import open_backend
+    from shadow_backend import environment, open_backend
     from shadow_backend.backends import backend_config, read_backend_options
     from shadow_backend.links import drop_outside_links
     from shadow_backend.scoring import score_workspace
@@ -124,7 +126,11 @@ def run(
             timeout_s=timeout,
             max_retries=retries,
         )
-        backend_options = backend_config(backend, read_backend_options(config_file, backend))
+        if image is not None and backend != "docker":
+            raise ConfigError("--image is an option of the docker backend; add --backend docker")
+        backend_options = backend_config(backend, {**read_backend_options(config_file, backend),
+                                                   **({"image": image} if image is not None else {})})
+        env = environment.resolve(repo, setup, detect=backend == "local" and _sandbox_can_mount(backend_options))
         log = SessionWriter(path)
     except (RecapError, OSError) as exc:
         raise fail(str(exc)) from None
@@ -133,8 +139,9 @@ def run(
             policy = load_policy(model, endpoint=endpoint, api_key=api_key,
                                  adapter=str(adapter) if adapter else None, **options,
                                  **config.model.policy_options(model))
-        with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}..."):
-            workspace = open_backend(backend, repo, config=backend_options)
+        building = f" and its environment ({escape(env.setup)}; the first time takes a while)" if env else ""
+        with console.status(f"creating a {escape(backend)} shadow workspace of {escape(str(repo))}{building}..."):
+            workspace = open_backend(backend, repo, config=backend_options, env=env)
     except RecapError as exc:
         log.close()
         path.unlink(missing_ok=True)
@@ -219,6 +226,13 @@ def show(
         raise typer.Exit(2) from None
     console = Console()
     render_session(session, console, output_lines=None if full else OUTPUT_LINES)
+
+
+def _sandbox_can_mount(config: Any) -> bool:
+    """Whether a detected environment can be used: it needs bubblewrap's mounts (else the host toolchain)."""
+    from shadow_backend.sandbox import bwrap_works
+
+    return getattr(config, "sandbox", "auto") != "none" and bwrap_works()
 
 
 def register(app: typer.Typer) -> None:

@@ -54,6 +54,8 @@ def train(
     eval_samples: int = typer.Option(1, "--eval-samples", help="Rollouts per held-out session at each evaluation."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run rollouts on Ray actors: auto, local or a cluster address."),
     ray_workers: int = typer.Option(2, "--ray-workers", help="Rollout actors with --ray."),
+    backend: str = typer.Option("local", "--backend", help="Shadow backend of the rollouts: local or docker."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment)."),
     rollout_endpoint: Optional[str] = typer.Option(None, "--rollout-endpoint", help="Sample through an OpenAI-compatible server (vLLM) and push adapters to it."),
 ) -> None:
     """Train a LoRA adapter with group-relative policy gradient on the sessions' start states."""
@@ -73,6 +75,7 @@ def train(
             checkpoint_every=checkpoint_every, seed=seed, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
             ray_address=ray, ray_workers=ray_workers, rollout_endpoint=rollout_endpoint,
             eval_sessions=str(eval_sessions) if eval_sessions else None, eval_every=eval_every, eval_samples=eval_samples,
+            backend=backend, setup=setup,
         )
 
     def show(step: int, values: dict) -> None:
@@ -93,7 +96,7 @@ def train(
 
 def eval_(
     sessions: Path = typer.Option(..., "--sessions", help="Held-out session files (*.jsonl)."),
-    model: str = typer.Option("embedded", "--model", help="Policy spec: embedded, tiny, hf:PATH."),
+    model: str = typer.Option("embedded", "--model", help="Policy spec: embedded, tiny, hf:PATH, openai:MODEL@URL, or scripted:FILE.json (a fixed playback of tool calls, e.g. a known fix, to check the tasks' scoring)."),
     adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter folder (e.g. RUN/adapter)."),
     samples: int = typer.Option(1, "--samples", help="Rollouts per session."),
     temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (match training)."),
@@ -103,6 +106,8 @@ def eval_(
     context_window: Optional[int] = typer.Option(None, "--context-window", help="Cap on the policy's window in tokens (default: the model's own; the tool specs alone take ~1,800)."),
     overlong: str = typer.Option("mask", "--overlong", help="Failed episodes cut by the length budget: mask, penalize or ignore (match training)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write eval.json and the rollout sessions here."),
+    backend: str = typer.Option("local", "--backend", help="Shadow backend of the rollouts: local or docker."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment)."),
 ) -> None:
     """Score a policy on held-out sessions: pass rate and mean reward with 95% intervals."""
     from rich.console import Console
@@ -115,7 +120,7 @@ def eval_(
             sessions_dir=str(sessions), model=model, adapter=str(adapter) if adapter else None, samples=samples,
             temperature=temperature, seed=seed, max_episode_steps=max_episode_steps, max_new_tokens=max_new_tokens,
             max_context_tokens=context_window, rewards=RewardConfig(overlong=overlong),  # type: ignore[arg-type]
-            out=str(out) if out else None,
+            out=str(out) if out else None, backend=backend, setup=setup,
         ))
     console = Console()
     for line in report_lines(report):
@@ -143,6 +148,7 @@ def tasks_make(
     out: Path = typer.Option(Path("tasks"), "--out", help="Where the task sessions go."),
     cache: Path = typer.Option(Path.home() / ".cache" / "recap" / "tasks", "--cache", help="With --pypi: downloads and task repositories (keep it: sessions point here)."),
     seed: int = typer.Option(0, "--seed", help="Seeds every choice: the same seed and sources give the same tasks."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command recorded in each task, e.g. \"pip install -e . pytest\" (rollouts and scoring run the tests in it)."),
 ) -> None:
     """Write one verifiable task session per bug (--pypi) or per synthetic edit (--family); give exactly one."""
     from harness.errors import ConfigError
@@ -157,7 +163,8 @@ def tasks_make(
         else:
             from rl.tasks import make_tasks
 
-            paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed)  # type: ignore[arg-type]
+            paths = make_tasks(pypi, count=count, out_dir=out, cache_dir=cache, seed=seed,  # type: ignore[arg-type]
+                                 setup=setup)
     typer.echo(f"{len(paths)} task session(s) in {out}")
 
 

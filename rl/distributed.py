@@ -38,6 +38,7 @@ def _group(policy: Any, cfg: Any, start: SessionStart, seeds: Sequence[int], log
     return rollout_group(
         policy, start, group_size=cfg.group_size, seeds=seeds, agent_config=cfg.agent_config(),
         reward_config=cfg.rewards, verify_timeout_s=cfg.verify_timeout_s, log_dir=log_dir, adapter_id=adapter_id,
+        backend=cfg.backend, setup=cfg.setup,
     )
 
 

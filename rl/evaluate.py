@@ -59,6 +59,9 @@ class EvalConfig:
         verify_timeout_s: timeout of each verify command.
         constrain: grammar-constrained tool calls (None: the model's default).
         out: where to write the JSON report and the rollout sessions (None: nowhere).
+        backend: the shadow backend rollouts run on ("local" or "docker").
+        setup: the project environment's set-up command instead of each session's ("none": none;
+            None: as each session recorded).
     """
 
     sessions_dir: str
@@ -74,6 +77,8 @@ class EvalConfig:
     constrain: bool | None = None
     rewards: RewardConfig = field(default_factory=RewardConfig)
     out: str | None = None
+    backend: str = "local"
+    setup: str | None = None
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -131,6 +136,7 @@ def evaluate(cfg: EvalConfig, *, policy: Any = None) -> EvalReport:
         rollouts.extend(rollout_group(
             policy, start, group_size=cfg.samples, seeds=seeds, agent_config=agent_config,
             reward_config=cfg.rewards, verify_timeout_s=cfg.verify_timeout_s, log_dir=log_dir, adapter_id=cfg.adapter,
+            backend=cfg.backend, setup=cfg.setup,
         ))
     verified = [r.record.verify_passed for r in rollouts if r.record.verify_passed is not None]
     totals = [r.reward for r in rollouts if r.reward is not None]

@@ -137,7 +137,7 @@ class RepoFiles:
     def data(self, path: str) -> bytes:
         if path not in self._data:
             sha = self._sha[path]
-            self._data[path] = git_state.read_blobs(self.root, [sha])[sha]
+            self._data[path] = dict(git_state.stream_blobs(self.root, [sha]))[sha]
         return self._data[path]
 
     def text(self, path: str) -> str | None:

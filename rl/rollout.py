@@ -67,8 +67,11 @@ def episode_config(*, max_episode_steps: int, max_new_tokens: int) -> RecapConfi
 
 def origin_of(start: SessionStart) -> WorkspaceOrigin:
     """The workspace origin recorded in a session's start event."""
+    from shadow_backend.replay import environment_of
+
     return WorkspaceOrigin(
-        repo=start.repo, base_commit=start.base_commit, base_diff=start.base_diff, buffers=dict(start.buffers)
+        repo=start.repo, base_commit=start.base_commit, base_diff=start.base_diff, buffers=dict(start.buffers),
+        env=environment_of(start.env),
     )
 
 
@@ -84,6 +87,8 @@ def rollout_group(
     log_dir: str | Path | None = None,
     adapter_id: str | None = None,
     batched: bool = True,
+    backend: str = "local",
+    setup: str | None = None,
 ) -> list[Rollout]:
     """Play `group_size` rollouts of one session and score them.
 
@@ -101,12 +106,16 @@ def rollout_group(
             in G threads on one `harness.policies.batching.BatchingPolicy`, so each step of the
             group is one batched forward pass; each episode samples with its own generator seeded
             from `seeds`. Otherwise (or False) one episode after the other, the policy reseeded.
+        backend: the shadow backend ("local" or "docker").
+        setup: the project environment's set-up command instead of the one the session recorded
+            ("none": no environment; None: as recorded).
     Returns:
         G `Rollout`s in fork order.
     Raises:
         WorkspaceError: the start state cannot be rebuilt.
     """
     from shadow_backend.backends import rebuild_backend
+    from shadow_backend.replay import with_setup
 
     if len(seeds) != group_size:
         raise ValueError(f"{len(seeds)} seeds for a group of {group_size}")
@@ -114,7 +123,7 @@ def rollout_group(
         _play, start=start, agent_config=agent_config, reward_config=reward_config,
         verify_timeout_s=verify_timeout_s, log_dir=log_dir, adapter_id=adapter_id,
     )
-    base = rebuild_backend("local", origin_of(start))
+    base = rebuild_backend(backend, with_setup(origin_of(start), setup))
     try:
         forks = base.fork(group_size)
         try:
@@ -157,17 +166,18 @@ def _play(
     try:
         result = Agent(policy=policy, workspace=workspace, config=agent_config, log=writer).run(
             start.task,
-            origin=origin_of(start),
+            origin=getattr(workspace, "origin", None) or origin_of(start),
             source="rollout",
             verify=start.verify,
             reference_diff=start.reference_diff,
+            test_patch=start.test_patch,
             adapter_id=adapter_id,
             meta={"from_session": start.session_id, "group_index": index, "seed": seed},
         )
         # verify runs after the final diff was taken (tests leave caches behind)
         score = scoring.score_workspace(
             workspace, diff=result.diff, verify=start.verify, reference_diff=start.reference_diff,
-            timeout_s=verify_timeout_s,
+            timeout_s=verify_timeout_s, test_patch=start.test_patch,
         )
         record = record_from_events(writer.events, **{
             k: score.get(k) for k in ("verify_passed", "tests_passed", "tests_failed", "diff_similarity")

@@ -157,15 +157,22 @@ def download_sdist(requirement: str, cache: Path) -> Path:
     norm = re.sub(r"[-_.]+", "[-_.]", name)
     pattern = re.compile(rf"^{norm}-{re.escape(version)}\.(tar\.gz|zip|tar\.bz2)$", re.IGNORECASE)
     found = [p for p in folder.iterdir() if pattern.match(p.name)]
-    if not found:
+    problem = ""
+    # without build isolation first (fast: this interpreter's setuptools reads the metadata), then
+    # with it, for packages whose build backend is not installed here (hatchling, setuptools_scm)
+    for isolation in (["--no-build-isolation"], []):
+        if found:
+            break
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", *isolation,
              "-q", requirement, "-d", str(folder)],
             capture_output=True, text=True, timeout=600,
         )
         found = [p for p in folder.iterdir() if pattern.match(p.name)]
-        if proc.returncode != 0 or not found:
-            raise ConfigError(f"pip could not download the sdist of {requirement}: {proc.stderr.strip()[-500:]}")
+        if not found:
+            problem = proc.stderr.strip()[-500:]
+    if not found:
+        raise ConfigError(f"pip could not download the sdist of {requirement}: {problem}")
     return found[0]
 
 
@@ -250,7 +257,7 @@ def _is_test_file(path: str) -> bool:
 # tasks
 # ---------------------------------------------------------------------------------------------
 def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, seed: int = 0,
-               test_timeout_s: float = 120.0, max_verify_tests: int = 5) -> list[Path]:
+               test_timeout_s: float = 120.0, max_verify_tests: int = 5, setup: str | None = None) -> list[Path]:
     """Make up to `count` task sessions from one PyPI package.
 
     Args:
@@ -262,6 +269,8 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
         seed: order in which mutation candidates are tried.
         test_timeout_s: timeout of one test-suite run.
         max_verify_tests: at most this many failing test ids go into `verify`.
+        setup: a project environment set-up command recorded in each session (e.g. "pip install
+            -e . pytest"): rollouts and scoring then run the package's tests in it.
     Returns:
         The session files written.
     Raises:
@@ -274,11 +283,11 @@ def make_tasks(requirement: str, *, count: int, out_dir: Path, cache_dir: Path, 
     base_commit = make_repo(source)
     with LocalBackend.create(source) as workspace:
         return _mutate(requirement, source, base_commit, workspace, count=count, out_dir=out_dir, seed=seed,
-                       test_timeout_s=test_timeout_s, max_verify_tests=max_verify_tests)
+                       test_timeout_s=test_timeout_s, max_verify_tests=max_verify_tests, setup=setup)
 
 
 def _mutate(requirement: str, source: Path, base_commit: str, workspace: Workspace, *, count: int, out_dir: Path,
-            seed: int, test_timeout_s: float, max_verify_tests: int) -> list[Path]:
+            seed: int, test_timeout_s: float, max_verify_tests: int, setup: str | None) -> list[Path]:
     """`make_tasks` once the repository is made: each candidate mutation is written to `source`
     (for its diff) and to `workspace` (where the tests run), then undone in both."""
     code, output = run_tests(workspace, source, timeout_s=test_timeout_s)
@@ -332,7 +341,7 @@ def _mutate(requirement: str, source: Path, base_commit: str, workspace: Workspa
             task=(f"Some tests of this project fail: {', '.join(failing[:max_verify_tests])}. "
                   f"Find the bug in the source code and fix it. Do not change the tests. "
                   f"Check with: {verify}"),
-            model="", verify=verify, reference_diff=fix,
+            model="", verify=verify, reference_diff=fix, env={"setup": setup, "include": []} if setup else None,
             meta={"package": requirement, "mutation": mutation.kind, "file": mutation.path, "line": mutation.line,
                   "description": mutation.description, "failing_tests": len(failing)},
         )

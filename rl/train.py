@@ -72,6 +72,9 @@ class TrainConfig:
         max_context_tokens: cap on the policy's context window (None: the model's own). The tool
             specs alone take ~1,800 tokens; a small cap forces self-summaries and the hard limit.
         verify_timeout_s: timeout of each verify command (seconds).
+        backend: the shadow backend rollouts run on ("local" or "docker").
+        setup: the project environment's set-up command instead of each session's ("none": none;
+            None: as each session recorded).
         checkpoint_every: write a checkpoint every K steps (and at the end).
         seed: seeds the data order, the sampling seeds of rollouts and the torch/python RNGs.
         rewards: reward weights and switches.
@@ -111,6 +114,8 @@ class TrainConfig:
     max_new_tokens: int = 96
     max_context_tokens: int | None = None
     verify_timeout_s: float = 120.0
+    backend: str = "local"
+    setup: str | None = None
     checkpoint_every: int = 1
     seed: int = 0
     rewards: RewardConfig = field(default_factory=RewardConfig)
@@ -371,7 +376,7 @@ def held_out_metrics(cfg: TrainConfig, policy: Any, *, out_dir: Path) -> dict[st
         sessions_dir=str(cfg.eval_sessions), model=cfg.model, samples=cfg.eval_samples, temperature=cfg.temperature,
         seed=cfg.seed, max_episode_steps=cfg.max_episode_steps, max_new_tokens=cfg.max_new_tokens,
         max_context_tokens=cfg.max_context_tokens, verify_timeout_s=cfg.verify_timeout_s, constrain=cfg.constrain,
-        rewards=cfg.rewards, out=str(out_dir) if cfg.save_rollouts else None,
+        rewards=cfg.rewards, backend=cfg.backend, setup=cfg.setup, out=str(out_dir) if cfg.save_rollouts else None,
     ), policy=policy)
     low, high = report.pass_ci if report.pass_ci is not None else (None, None)
     return {"eval/pass_rate": report.pass_rate, "eval/pass_ci_low": low, "eval/pass_ci_high": high,

@@ -7,4 +7,6 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$here/scripts/setup.sh"
 repo="${1:-$here}"
 task="${2:-Add a one-line module docstring to recap/__init__.py saying that recap is a self-summarizing coding agent, then call finish.}"
-exec "$here/.venv/bin/recap" run --repo "$repo" --max-steps "${RECAP_DEMO_STEPS:-6}" "$task"
+# this checkout's own environment would install torch; another repository's is detected (--setup)
+setup="${RECAP_DEMO_SETUP:-$([ "$repo" = "$here" ] && echo none || true)}"
+exec "$here/.venv/bin/recap" run --repo "$repo" --max-steps "${RECAP_DEMO_STEPS:-6}" ${setup:+--setup "$setup"} "$task"

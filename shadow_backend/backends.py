@@ -22,7 +22,7 @@ import tomllib
 from typing import Any, Mapping
 
 from harness.errors import ConfigError, WorkspaceError
-from harness.workspace import Workspace, WorkspaceOrigin
+from harness.workspace import Environment, Workspace, WorkspaceOrigin
 
 BACKENDS = ("local", "docker")
 
@@ -78,23 +78,38 @@ def read_backend_options(path: str | os.PathLike[str] | None, name: str) -> dict
 
 def open_backend(
     name: str, repo: str | os.PathLike[str], *, buffers: dict[str, str] | None = None, config: Any = None,
+    env: Environment | None = None,
 ) -> Workspace:
     """A new shadow workspace of `repo` (HEAD plus the user's changes plus `buffers`); `config`
-    is the backend's (`backend_config`; None: the defaults).
+    is the backend's (`backend_config`; None: the defaults); `env` the project environment its
+    commands run in (`shadow_backend.environment.resolve`; None: the host toolchain).
 
-    Raises: ConfigError for an unknown backend name; WorkspaceError when creation fails.
+    Raises: ConfigError for an unknown backend name, or an environment on a backend without
+    environments; WorkspaceError when creation (or the environment's set-up) fails.
     """
-    return _backend_class(name).create(repo, buffers=buffers, config=config)
+    if env is None:
+        return _backend_class(name).create(repo, buffers=buffers, config=config)
+    _check_env(name)
+    return _backend_class(name).create(repo, buffers=buffers, config=config, env=env)
+
+
+def _check_env(name: str) -> None:
+    if name != "local":
+        raise ConfigError(f"project environments (--setup) run on the local backend only so far, not {name!r}; "
+                          "use --backend local or --setup none")
 
 
 def rebuild_backend(name: str, origin: WorkspaceOrigin, *, config: Any = None) -> Workspace:
-    """A new shadow workspace in exactly the start state a session recorded (`config` as in `open_backend`).
+    """A new shadow workspace in exactly the start state a session recorded (`config` as in
+    `open_backend`), its environment (`origin.env`) rebuilt or reused from the cache.
 
     The origin comes from a session file, which is untrusted: whatever it holds that the file
     system refuses (a name too long...) is a `WorkspaceError` like any other unbuildable state.
 
     Raises: ConfigError for an unknown backend name; WorkspaceError when the state cannot be built.
     """
+    if origin.env is not None:
+        _check_env(name)
     cls = _backend_class(name)
     try:
         return cls.from_origin(origin, config=config)

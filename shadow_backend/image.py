@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = "recap-base"
 DEFAULT_SUITE = "bookworm"
-DEFAULT_PACKAGES = ("python3", "python3-pytest", "git", "ripgrep", "ca-certificates")
+DEFAULT_PACKAGES = ("python3", "python-is-python3", "python3-venv", "python3-pip", "python3-pytest", "git", "ripgrep",
+                    "ca-certificates")
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
 USER_UID = 1000
 USER_NAME = "recap"

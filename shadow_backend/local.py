@@ -28,6 +28,11 @@ stopped. A limit a command runs into is told at the end of its stderr (`[recap] 
 4 GiB reached: ...`). With `sandbox="none"` or without bubblewrap only the limits apply: commands see
 the host as the user.
 
+With a project environment (`env`, `shadow_backend.environment`) commands see the workspace at
+/workspace and the environment's virtualenv read-only at /recap/env instead of recap's own
+interpreter environment; its set-up command runs once per key in the same sandbox with the network
+on (see the threat model there).
+
 Threat model: git
 -----------------
 Trusted: recap, the host's git, the user's global and system git config. Untrusted: everything
@@ -69,8 +74,8 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, Sequence
 
 from harness.errors import ConfigError, WorkspaceError
-from harness.workspace import CommandResult, WorkspaceOrigin, check_path, confine, special_file_error
-from shadow_backend import gc, git_state, limits, sandbox
+from harness.workspace import CommandResult, Environment, WorkspaceOrigin, check_path, confine, special_file_error
+from shadow_backend import environment, gc, git_state, limits, sandbox
 from shadow_backend.sandbox import bwrap_works
 
 logger = logging.getLogger(__name__)
@@ -99,6 +104,7 @@ class LocalConfig:
             (RLIMIT_FSIZE: "File too large"). A command that goes past it is stopped. None: no quota.
         max_output_bytes: per stream, how much output is kept (head and tail halves); the rest
             is counted and dropped while reading, so a command printing gigabytes costs no memory.
+        setup_timeout_s: how long a project environment's set-up command may run (seconds).
     """
 
     sandbox: Literal["auto", "bwrap", "none"] = "auto"
@@ -107,6 +113,7 @@ class LocalConfig:
     tmp_size_bytes: int = 2**30
     disk_quota_bytes: int | None = 4 * 2**30
     max_output_bytes: int = 2**20
+    setup_timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
         if self.sandbox not in ("auto", "bwrap", "none"):
@@ -272,16 +279,18 @@ class LocalWorkspace:
         start_commit: id of the sealed `start` commit inside the workspace's own git repository.
         network: whether commands may use the network.
         config: command limits and sandbox choice.
+        env_dir: the built project environment commands run in (`shadow_backend.environment`), or None.
     """
 
     def __init__(self, *, tmp: Path, root: Path, origin: WorkspaceOrigin, start_commit: str,
-                 network: bool, config: LocalConfig) -> None:
+                 network: bool, config: LocalConfig, env_dir: Path | None = None) -> None:
         self._tmp, self._root = tmp, root
         self._home = tmp / "home"
         self._home.mkdir(exist_ok=True)
         self.start_commit = start_commit
         self.network = network
         self.config = config
+        self.env_dir = env_dir
         self._bwrap = _use_bwrap(config)
         self.origin = dataclasses.replace(origin, sandbox=_sandbox_words(self._bwrap, network, config))
         self._git = git_state.ShadowRepo(_git_dir_of(root), root)
@@ -346,7 +355,8 @@ class LocalWorkspace:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         env = self._command_env()
-        if not argv or (os.sep not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None):
+        host_path = env["PATH"].replace(environment.ENV_MOUNT, str(self.env_dir / "venv")) if self.env_dir else env["PATH"]
+        if not argv or (os.sep not in argv[0] and shutil.which(argv[0], path=host_path) is None):
             return CommandResult(127, "", f"command not found: {argv[0] if argv else '(empty)'}", False, 0.0)
         if self._bwrap:
             argv = self._bwrap_argv() + argv
@@ -394,7 +404,7 @@ class LocalWorkspace:
                     fork_copy.copy_tree(self._root, tmp / self._root.name)
                     forks.append(LocalWorkspace(tmp=tmp, root=tmp / self._root.name, origin=self.origin,
                                                 start_commit=self.start_commit, network=self.network,
-                                                config=self.config))
+                                                config=self.config, env_dir=self.env_dir))
                 except BaseException:
                     _discard_tmp(tmp)
                     raise
@@ -414,8 +424,10 @@ class LocalWorkspace:
         return f"LocalWorkspace(root={self.root!r}, sandbox={self.origin.sandbox!r})"
 
     def _command_env(self) -> dict[str, str]:
+        path = os.environ.get("PATH", os.defpath)
+        variables = {"PATH": environment.command_path(path), "VIRTUAL_ENV": environment.ENV_MOUNT} if self.env_dir else {}
         return {
-            "PATH": os.environ.get("PATH", os.defpath),
+            "PATH": path,
             "HOME": str(self._home),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
@@ -425,12 +437,93 @@ class LocalWorkspace:
             "GIT_PAGER": "cat",
             "NO_COLOR": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **variables,
         }
 
     def _bwrap_argv(self) -> list[str]:
-        return sandbox.bwrap_argv(writable=[self._root, self._home], chdir=self._root,
-                                  path_var=self._command_env()["PATH"], hidden=[Path(self.origin.repo) / ".git"],
-                                  network=self.network, tmp_size_bytes=self.config.tmp_size_bytes)
+        if self.env_dir is None:
+            return sandbox.bwrap_argv(writable=[self._root, self._home], chdir=self._root,
+                                      path_var=self._command_env()["PATH"], hidden=[Path(self.origin.repo) / ".git"],
+                                      network=self.network, tmp_size_bytes=self.config.tmp_size_bytes)
+        return _env_bwrap_argv(self._root, self._home, [(self.env_dir / "venv", environment.ENV_MOUNT, False)],
+                               repo=self.origin.repo, network=self.network, config=self.config)
+
+
+def _env_bwrap_argv(root: Path, home: Path, binds: list[tuple[Path, str, bool]], *, repo: str, network: bool,
+                    config: LocalConfig, hide_git: bool = False) -> list[str]:
+    """The sandbox of a workspace with a project environment: the workspace at WORKSPACE_MOUNT,
+    `binds` (the environment), the base interpreter instead of recap's virtualenv; `hide_git`
+    shows the workspace's .git empty (for the set-up: see `_build_environment`)."""
+    empty = [f"{environment.WORKSPACE_MOUNT}/.git"] if hide_git and (root / ".git").is_dir() else []
+    path_var = environment.command_path(os.environ.get("PATH", os.defpath))
+    return sandbox.bwrap_argv(writable=[home], chdir=environment.WORKSPACE_MOUNT, path_var=path_var,
+                              hidden=[Path(repo) / ".git"], network=network, tmp_size_bytes=config.tmp_size_bytes,
+                              binds=[(root, environment.WORKSPACE_MOUNT, True), *binds],
+                              prefixes=[os.path.dirname(os.path.dirname(environment.base_interpreter()))],
+                              empty=empty)
+
+
+def _prepare_environment(env: Environment, *, repo: str, root: Path, home: Path,
+                         config: LocalConfig) -> tuple[Environment, Path]:
+    """Build `env` for the workspace at `root` (or reuse the cached build of its key), copy its
+    overlay and include files into `root`; returns (env with key and set-up output, its directory).
+
+    Raises: WorkspaceError when bubblewrap does not work (the environment's paths need its mounts)
+    or the set-up command fails (its output is in the message)."""
+    if not _use_bwrap(config):
+        raise WorkspaceError("a project environment on the local backend needs bubblewrap (the venv and the "
+                             "workspace are mounted at fixed paths); use --setup none or the docker backend")
+    interpreter = environment.base_interpreter()
+    if env.include and Path(repo).is_dir():
+        environment.copy_includes(Path(repo), root, env.include)
+    key = environment.environment_key(env, root, interpreter=interpreter)
+    with environment.locked(key) as env_dir:
+        if environment.is_ready(env_dir):
+            environment.apply_overlay(env_dir / "overlay", root)
+        else:
+            _build_environment(env, key, env_dir, repo=repo, root=root, home=home, config=config)
+        output = (env_dir / "output.txt").read_text(encoding="utf-8")
+    return dataclasses.replace(env, key=key, output=output), env_dir
+
+
+def _build_environment(env: Environment, key: str, env_dir: Path, *, repo: str, root: Path, home: Path,
+                       config: LocalConfig) -> None:
+    """Run the set-up command of `env` in the workspace at `root` (network on, the venv being built
+    and the pip cache writable), save what it wrote into the workspace as the overlay, and rename
+    the result to `env_dir` once complete. Call with the key's lock held.
+
+    The workspace's sealed .git is hidden from the set-up: its history is not the project's (no
+    tags), so a version computed from it (setuptools_scm, hatch-vcs) would be wrong, e.g. 0.1.dev1,
+    and make pip pick ancient releases of the packages that depend on the project. Without it an
+    sdist's version comes from PKG-INFO; a checkout states its own version in the set-up command
+    (`SETUPTOOLS_SCM_PRETEND_VERSION=1.2.3 pip install -e .`)."""
+    building = env_dir.with_name(f"{key}.building-{os.getpid()}")
+    _force_rmtree(building)
+    (building / "venv").mkdir(parents=True)
+    try:
+        before = environment.file_states(root)
+        binds = [(building / "venv", environment.ENV_MOUNT, True),
+                 (environment.pip_cache(), environment.PIP_CACHE_MOUNT, True)]
+        argv = _env_bwrap_argv(root, home, binds, repo=repo, network=True, config=config, hide_git=True)
+        variables = {"HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb", "TMPDIR": "/tmp",
+                     "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1",
+                     "PATH": environment.command_path(os.environ.get("PATH", os.defpath)),
+                     **environment.setup_variables()}
+        script = environment.setup_script(env, interpreter=environment.base_interpreter())
+        result = _run_process([*argv, "bash", "-c", script], cwd=root, env=variables,
+                              timeout_s=config.setup_timeout_s, config=config, running=set())
+        output = environment.bounded_output(result.stdout + result.stderr)
+        if result.exit_code != 0 or result.timed_out:
+            why = "timed out" if result.timed_out else f"exit {result.exit_code}"
+            raise WorkspaceError(f"the environment set-up `{env.setup}` failed ({why}):\n{output[-4000:]}")
+        environment.save_overlay(root, before, building / "overlay")
+        (building / "output.txt").write_text(output, encoding="utf-8")
+        (building / "ready").write_text(key, encoding="utf-8")
+        _force_rmtree(env_dir)
+        os.replace(building, env_dir)
+        logger.info("environment %s built in %.1f s", key, result.duration_s)
+    finally:
+        _force_rmtree(building)
 
 
 def _read_regular(target: Path, path: str) -> bytes:
@@ -479,7 +572,7 @@ class LocalBackend:
     @classmethod
     def create(cls, repo: str | os.PathLike[str], *, buffers: dict[str, str] | None = None,
                network: bool = False, parent_dir: str | os.PathLike[str] | None = None,
-               config: LocalConfig | None = None) -> LocalWorkspace:
+               config: LocalConfig | None = None, env: Environment | None = None) -> LocalWorkspace:
         """A workspace holding what the user sees in `repo`, plus unsaved `buffers`.
 
         Args:
@@ -488,8 +581,10 @@ class LocalBackend:
             buffers: unsaved editor buffers, workspace-relative path -> full text.
             network: let commands use the network.
             parent_dir: where to make the temp directory (default: the system temp dir).
+            env: the project environment commands run in (`shadow_backend.environment.resolve`):
+                built by its set-up command, or reused from the cache; None: the host toolchain.
         Raises:
-            WorkspaceError: `repo` is not a directory, or git failed.
+            WorkspaceError: `repo` is not a directory, git failed, or the environment's set-up failed.
             PathOutsideWorkspace: a buffer path leaves the workspace.
         """
         view = git_state.read_user_view(repo)
@@ -501,7 +596,8 @@ class LocalBackend:
             if missing:  # HEAD versions of files the user changed or deleted
                 shadow.store_blobs(git_state.stream_blobs(view.toplevel, missing))
             base_tree = shadow.tree_from_entries(view.head_entries)
-            origin = WorkspaceOrigin(repo=str(view.toplevel), base_commit=view.head, buffers=dict(buffers or {}))
+            origin = WorkspaceOrigin(repo=str(view.toplevel), base_commit=view.head, buffers=dict(buffers or {}),
+                                     env=env)
             return build.finish(shadow, base_tree, user_tree, origin, network=network, config=config)
 
     @classmethod
@@ -510,7 +606,7 @@ class LocalBackend:
                     config: LocalConfig | None = None) -> LocalWorkspace:
         """Rebuild the start state recorded in `origin`: `origin.repo` at `base_commit` (its blobs
         as stored: no filter or eol conversion), then `base_diff` applied (`git apply --binary`),
-        then the buffers.
+        then the buffers, then `origin.env` (rebuilt or reused from the cache).
 
         Raises:
             WorkspaceError: the commit is missing from `origin.repo`, it holds a path git refuses,
@@ -571,12 +667,22 @@ class _Building:
 
     def finish(self, shadow: git_state.ShadowRepo, base_tree: str, user_tree: str, origin: WorkspaceOrigin, *,
                network: bool, config: LocalConfig | None) -> LocalWorkspace:
-        """Write buffers, commit `base` and `start`, and hand over the workspace."""
+        """Write buffers, set up the environment (what its set-up writes into the workspace is part
+        of the start state), commit `base` and `start`, and hand over the workspace."""
+        config = config or LocalConfig()
         for path, text in origin.buffers.items():
             target = confine(self.root, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(text.encode("utf-8", "surrogateescape"))
-        start_tree = shadow.snapshot(force=True, paths=origin.buffers) if origin.buffers else user_tree
+        env_dir = None
+        if origin.env is not None:
+            (self.tmp / "home").mkdir(exist_ok=True)
+            env, env_dir = _prepare_environment(origin.env, repo=origin.repo, root=self.root, home=self.tmp / "home",
+                                                config=config)
+            origin = dataclasses.replace(origin, env=env)
+            start_tree = shadow.snapshot(force=True)
+        else:
+            start_tree = shadow.snapshot(force=True, paths=origin.buffers) if origin.buffers else user_tree
         base = shadow.commit(base_tree, parent=None, message="base")
         start = shadow.commit(start_tree, parent=base, message="start")
         shadow.seal(base=base, start=start)
@@ -584,4 +690,4 @@ class _Building:
         shadow.close()
         origin = dataclasses.replace(origin, base_diff=base_diff)
         return LocalWorkspace(tmp=self.tmp, root=self.root, origin=origin, start_commit=start,
-                              network=network, config=config or LocalConfig())
+                              network=network, config=config, env_dir=env_dir)

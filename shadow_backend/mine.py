@@ -4,8 +4,12 @@ For each non-merge commit in a range that touches a source file:
 
     task            the commit message (subject and body)
     start state     the parent commit (`base_commit`, empty `base_diff`)
-    reference_diff  the commit's own diff (`git diff --binary PARENT COMMIT`)
+    reference_diff  the commit's diff of non-test files (`git diff --binary PARENT COMMIT`, split by
+                    `split_test_changes`)
+    test_patch      the commit's diff of test files: applied just before verify, not the agent's
+                    job (the SWE-bench convention), so a fix's new tests are what verify runs
     verify          the command given (e.g. "python -m pytest -q tests/test_x.py")
+    env             the project environment's set-up command given (`setup`), if any
 
 The session file holds only the `session_start` event (source "mined"); `recap replay --model`
 samples rollouts from it and scores them against the reference diff and the verify command.
@@ -57,6 +61,30 @@ def is_source(path: str, *, globs: Sequence[str] | None = None) -> bool:
     return os.path.splitext(path)[1].lower() in SOURCE_EXTENSIONS
 
 
+_DIFF_HEADER = re.compile(r"^diff --git a/(.*?) b/(.*)$", re.M)
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a repository-relative path is a test file: under a `test`/`tests`/`testing` folder,
+    or named `test_*`, `*_test.*`, `*_tests.*`, `conftest.py`."""
+    parts = path.split("/")
+    name = parts[-1]
+    stem = name.rsplit(".", 1)[0]
+    return any(p in ("test", "tests", "testing") for p in parts[:-1]) or name.startswith("test_") \
+        or stem.endswith(("_test", "_tests")) or name == "conftest.py"
+
+
+def split_test_changes(diff: str) -> tuple[str, str]:
+    """(non-test part, test part) of a git diff, file by file (`is_test_path` of the new path)."""
+    starts = [m.start() for m in _DIFF_HEADER.finditer(diff)] + [len(diff)]
+    source, tests = [diff[: starts[0]]], []
+    for a, b in zip(starts, starts[1:]):
+        chunk = diff[a:b]
+        header = _DIFF_HEADER.match(chunk)
+        (tests if header and is_test_path(header.group(2)) else source).append(chunk)
+    return "".join(source), "".join(tests)
+
+
 def _slug(subject: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:40] or "commit"
 
@@ -69,6 +97,7 @@ def mine_sessions(
     verify: str | None = None,
     paths: Sequence[str] | None = None,
     on_commit: Callable[[str, bool], None] | None = None,
+    setup: str | None = None,
 ) -> list[MinedSession]:
     """Write one session file per eligible commit of `repo` into `out_dir` (oldest first).
 
@@ -79,6 +108,7 @@ def mine_sessions(
         verify: shell command recorded as each session's `verify`.
         paths: glob patterns of the files that count as source (default: by extension).
         on_commit: called with (hash, kept) for every commit looked at (progress).
+        setup: the project environment's set-up command recorded in each session (None: none).
     Returns:
         The mined sessions. Merges, root commits and commits touching no source file are skipped.
     Raises:
@@ -112,6 +142,8 @@ def mine_sessions(
             continue
         reference = repository.git.diff("--binary", "--no-renames", *NO_DRIVER_FLAGS, parent.hexsha, commit.hexsha)
         message = commit.message.strip()
+
+        reference, test_patch = split_test_changes(reference + "\n" if reference else "")
         path = out / f"{commit.hexsha[:10]}-{_slug(message.splitlines()[0] if message else '')}.jsonl"
         path.unlink(missing_ok=True)  # re-mining replaces, never appends to, a session
         writer = SessionWriter(path)
@@ -127,7 +159,9 @@ def mine_sessions(
                 task=message,
                 model="",
                 verify=verify,
-                reference_diff=reference + "\n" if reference else "",
+                reference_diff=reference,
+                test_patch=test_patch or None,
+                env={"setup": setup, "include": []} if setup else None,
                 meta={
                     "commit": commit.hexsha,
                     "author": commit.author.name,

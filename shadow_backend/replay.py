@@ -48,7 +48,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from harness.errors import ConfigError, RecapError, SessionFormatError
 from harness.session import Observation, Session, SessionWriter, read_session
-from harness.workspace import WorkspaceOrigin
+from harness.workspace import Environment, WorkspaceOrigin
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +139,32 @@ class ReplayResult:
         return {**asdict(self), "ok": self.ok}
 
 
+def environment_of(recorded: dict[str, Any] | None) -> Environment | None:
+    """The project environment a session recorded (`SessionStart.env`), to be rebuilt by key (its
+    set-up and include list; the key and output are filled in again when it is built)."""
+    if not recorded or not isinstance(recorded.get("setup"), str):
+        return None
+    include = recorded.get("include") or ()
+    return Environment(setup=recorded["setup"], include=tuple(str(i) for i in include))
+
+
+def with_setup(origin: WorkspaceOrigin, setup: str | None) -> WorkspaceOrigin:
+    """`origin` with its environment's set-up command replaced by `setup` ("none" or "": no
+    environment; None: unchanged; the include list is kept)."""
+    import dataclasses
+
+    if setup is None:
+        return origin
+    include = origin.env.include if origin.env else ()
+    env = Environment(setup=setup, include=include) if setup.strip() not in ("", "none") else None
+    return dataclasses.replace(origin, env=env)
+
+
 def origin_of(session: Session) -> WorkspaceOrigin:
     """The start state a session recorded."""
     start = session.start
     return WorkspaceOrigin(repo=start.repo, base_commit=start.base_commit, base_diff=start.base_diff,
-                           buffers=dict(start.buffers))
+                           buffers=dict(start.buffers), env=environment_of(start.env))
 
 
 def session_config(session: Session) -> Any:
@@ -165,7 +186,7 @@ def _compare(recorded: str, replayed: str, roots: tuple[str, ...]) -> Literal["e
     return "diverged"
 
 
-def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> ReplayResult:
+def replay_session(path: str | os.PathLike[str], *, backend: str = "local", setup: str | None = None) -> ReplayResult:
     """Replay one session file on `backend` ("local" or "docker"); never raises for a bad session:
     the problem is in `ReplayResult.error` (a torn file is replayed up to the tear and reported)."""
     from harness.tools import default_registry
@@ -184,7 +205,7 @@ def replay_session(path: str | os.PathLike[str], *, backend: str = "local") -> R
     divergences: list[Divergence] = []
     final_state: Literal["exact", "normalized", "diverged", "absent"] = "absent"
     try:
-        workspace = rebuild_backend(backend, origin_of(session))
+        workspace = rebuild_backend(backend, with_setup(origin_of(session), setup))
     except RecapError as exc:
         return ReplayResult(path=str(path), session_id=session.start.session_id,
                             error=f"{path}: cannot rebuild the start state: {exc}", duration_s=time.monotonic() - started)
@@ -227,15 +248,17 @@ def replay_sessions(
     backend: str = "local",
     jobs: int = 1,
     on_done: Callable[[ReplayResult], None] | None = None,
+    setup: str | None = None,
 ) -> list[ReplayResult]:
     """Replay sessions, `jobs` at a time (threads; the work is commands and file I/O).
-    Results come back in the order of `paths`; `on_done` is called as each finishes."""
+    Results come back in the order of `paths`; `on_done` is called as each finishes. `setup`
+    replaces each session's environment set-up (`with_setup`)."""
     if jobs < 1:
         raise ConfigError(f"jobs={jobs} must be at least 1")
     paths = list(paths)
 
     def one(p: str | os.PathLike[str]) -> ReplayResult:
-        result = replay_session(p, backend=backend)
+        result = replay_session(p, backend=backend, setup=setup)
         if on_done is not None:
             on_done(result)
         return result
@@ -277,6 +300,7 @@ def sample_rollouts(
     config: Any = None,
     out_dir: str | os.PathLike[str] | None = None,
     verify_timeout_s: float = 600.0,
+    setup: str | None = None,
 ) -> list[Rollout]:
     """Sample `n` rollouts of `policy` from the start state of `session` and score them.
 
@@ -289,6 +313,7 @@ def sample_rollouts(
         out_dir: where each rollout's session file goes (`<session_id>-rollout-<i>.jsonl`);
             None keeps the logs in memory.
         verify_timeout_s: timeout of the session's verify command per rollout.
+        setup: the environment's set-up command instead of the recorded one (`with_setup`).
     Returns:
         The rollouts in sample order.
     Raises:
@@ -304,7 +329,7 @@ def sample_rollouts(
         session = read_session(session)
     start = session.start
     config = config or session_config(session)
-    base = rebuild_backend(backend, origin_of(session))
+    base = rebuild_backend(backend, with_setup(origin_of(session), setup))
     try:
         workspaces = base.fork(n)
     finally:
@@ -318,11 +343,12 @@ def sample_rollouts(
                 agent_policy = policy() if callable(policy) and not hasattr(policy, "generate") else policy
                 result = Agent(policy=agent_policy, workspace=workspace, config=config, log=writer).run(
                     start.task, origin=workspace.origin, source="rollout", verify=start.verify,
-                    reference_diff=start.reference_diff, adapter_id=start.adapter_id,
+                    reference_diff=start.reference_diff, test_patch=start.test_patch, adapter_id=start.adapter_id,
                     meta={"rollout_of": start.session_id, "sample": index},
                 )
                 score = score_workspace(workspace, diff=result.diff, verify=start.verify,
-                                        reference_diff=start.reference_diff, log=writer, timeout_s=verify_timeout_s)
+                                        reference_diff=start.reference_diff, log=writer, timeout_s=verify_timeout_s,
+                                        test_patch=start.test_patch)
             finally:
                 writer.close()
                 workspace.close()

@@ -138,14 +138,16 @@ def etc_secrets(etc: str = "/etc") -> tuple[tuple[str, bool], ...]:
     return tuple(found.items())
 
 
-def toolchain_dirs(path_var: str) -> list[str]:
+def toolchain_dirs(path_var: str, prefixes: Sequence[str] | None = None) -> list[str]:
     """Host directories commands see read-only besides the system ones: the running
     interpreter's environment (`sys.prefix`, `sys.base_prefix`), each absolute PATH entry and the
     directory of each program a PATH entry links to elsewhere (e.g. /usr/local/bin/node ->
     /opt/node/bin/node); for a `bin` directory its parent, where a virtualenv keeps pyvenv.cfg and
     its lib/. None that lies below a system directory or another one of them, and never one of
-    `_NEVER_WHOLE` or $HOME as a whole (a `~/bin` entry is bound alone)."""
-    return list(_toolchain_dirs(path_var, str(Path.home().resolve()), sys.prefix, sys.base_prefix))
+    `_NEVER_WHOLE` or $HOME as a whole (a `~/bin` entry is bound alone). `prefixes` replaces the
+    interpreter's environments (a project environment passes the base interpreter's alone)."""
+    chosen = (sys.prefix, sys.base_prefix) if prefixes is None else tuple(prefixes)
+    return list(_toolchain_dirs(path_var, str(Path.home().resolve()), *chosen))
 
 
 @functools.cache
@@ -172,8 +174,9 @@ def _toolchain_dirs(path_var: str, home: str, *prefixes: str) -> tuple[str, ...]
     return tuple(str(p) for p in found if not any(q in p.parents for q in found))
 
 
-def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: Sequence[Path] = (),
-               network: bool, tmp_size_bytes: int) -> list[str]:
+def bwrap_argv(*, writable: Sequence[Path], chdir: Path | str, path_var: str, hidden: Sequence[Path] = (),
+               network: bool, tmp_size_bytes: int, binds: Sequence[tuple[Path, str, bool]] = (),
+               prefixes: Sequence[str] | None = None, empty: Sequence[str] = ()) -> list[str]:
     """The `bwrap ... --` prefix that runs a command as the threat model above says.
 
     Args:
@@ -183,6 +186,10 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: 
         hidden: host directories to show empty if a bound directory holds them (the user's .git).
         network: keep the host's network (and its resolv.conf) instead of a private one.
         tmp_size_bytes: size of the private /tmp and /dev/shm, each.
+        binds: (host directory, path inside, writable) mounted elsewhere than at their host path
+            (a project environment and the workspace at fixed paths, `shadow_backend.environment`).
+        prefixes: the interpreter environments to bind (default: recap's own, see `toolchain_dirs`).
+        empty: directories inside the sandbox shown empty and read-only (below a bind).
     """
     uid, gid = sandbox_ids()
     argv = ["bwrap", *_isolation(), "--uid", str(uid), "--gid", str(gid), *_system_argv(),
@@ -195,12 +202,16 @@ def bwrap_argv(*, writable: Sequence[Path], chdir: Path, path_var: str, hidden: 
         argv.append("--unshare-net")
     argv += ["--dev", "/dev", *_tmpfs("/dev/shm", tmp_size_bytes), "--remount-ro", "/dev",
              "--proc", "/proc", *_tmpfs("/tmp", tmp_size_bytes)]
-    tools = toolchain_dirs(path_var)
+    tools = toolchain_dirs(path_var, prefixes)
     for path in tools:
         argv += ["--ro-bind", path, path]
         argv += _masks([(str(f), False) for f in map(Path(path).joinpath, _TOOLCHAIN_SECRETS) if f.is_file()])
     for path in writable:
         argv += ["--bind", str(path), str(path)]
+    for host, inside, rw in binds:
+        argv += ["--bind" if rw else "--ro-bind", str(host), inside]
+    for inside in empty:
+        argv += ["--tmpfs", inside, "--remount-ro", inside]
     bound = [Path(p) for p in (*_SYSTEM_DIRS, "/etc", *tools)]
     for path in hidden:  # the user's history is no answer source (the workspace's own is sealed)
         if path.is_dir() and any(b == path or b in path.parents for b in bound):

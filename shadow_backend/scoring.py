@@ -90,11 +90,14 @@ def with_interpreter_on_path(command: str) -> str:
 def run_verify(
     workspace: Workspace, command: str, *, timeout_s: float = 600.0, max_output_chars: int = 20_000
 ) -> VerifyResult:
-    """Run `command` (through bash, `with_interpreter_on_path`) in `workspace` and read its outcome.
+    """Run `command` (through bash) in `workspace` and read its outcome: in the workspace's project
+    environment when it has one (the same PATH the agent's commands get), else
+    `with_interpreter_on_path`.
 
     Raises: WorkspaceError from the backend (a timeout is a failed result, not an error).
     """
-    result = workspace.run(with_interpreter_on_path(command), timeout_s=timeout_s)
+    has_env = getattr(getattr(workspace, "origin", None), "env", None) is not None
+    result = workspace.run(command if has_env else with_interpreter_on_path(command), timeout_s=timeout_s)
     passed_count, failed_count = parse_test_counts(result.stdout + "\n" + result.stderr)
     output = result.stdout + (("\n" if result.stdout and result.stderr else "") + result.stderr)
     return VerifyResult(
@@ -106,6 +109,40 @@ def run_verify(
         timed_out=result.timed_out,
         duration_s=result.duration_s,
     )
+
+
+def apply_test_patch(workspace: Workspace, patch: str) -> str | None:
+    """Write the files of `patch` (a git diff of test files) into `workspace` through its file
+    API (paths confined to it), after checking it applies with `git apply --check` on the host in
+    a scratch copy of the files it touches. Returns None, or why it does not apply."""
+    import subprocess
+    import tempfile
+
+    paths = sorted({m.group(2) for m in map(_DIFF_FILE.match, patch.splitlines()) if m}
+                   | {m.group(1) for m in map(_DIFF_FILE.match, patch.splitlines()) if m})
+    with tempfile.TemporaryDirectory(prefix="recap-test-patch-") as scratch:
+        for path in paths:
+            try:
+                if workspace.exists(path) and not workspace.is_dir(path):
+                    target = Path(scratch, path)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(workspace.read_bytes(path))
+            except (OSError, ValueError) as exc:
+                return f"{path}: {exc}"
+        done = subprocess.run(["git", "apply", "--binary", "--whitespace=nowarn", "-"], cwd=scratch,
+                              input=patch.encode(), capture_output=True, env={"PATH": "/usr/bin:/bin", "HOME": scratch})
+        if done.returncode != 0:
+            return done.stderr.decode(errors="replace").strip()
+        for path in paths:
+            result = Path(scratch, path)
+            try:
+                if result.is_file():
+                    workspace.write_bytes(path, result.read_bytes())
+                elif workspace.exists(path):
+                    workspace.delete(path)
+            except (OSError, ValueError) as exc:
+                return f"{path}: {exc}"
+    return None
 
 
 def _changed_lines(diff: str) -> dict[str, list[str]]:
@@ -154,13 +191,22 @@ def score_workspace(
     reference_diff: str | None,
     log: SessionWriter | None = None,
     timeout_s: float = 600.0,
+    test_patch: str | None = None,
 ) -> dict[str, Any]:
-    """Score a finished episode: run `verify` (when given) in `workspace`, compare `diff` (the final
-    diff, taken before this call) with `reference_diff` (when given).
+    """Score a finished episode: apply `test_patch` (the task's tests, when given) and run `verify`
+    (when given) in `workspace`, compare `diff` (the final diff, taken before this call) with
+    `reference_diff` (when given).
 
-    Returns the fields of a `Score` event (also emitted to `log` when given).
+    Returns the fields of a `Score` event (also emitted to `log` when given). A test patch that
+    does not apply (the agent changed the same lines) fails verify with git's message as output.
     """
     fields: dict[str, Any] = {}
+    if verify and test_patch:
+        problem = apply_test_patch(workspace, test_patch)
+        if problem:
+            fields.update(verify_passed=False, verify_exit_code=1, tests_passed=None, tests_failed=None,
+                          verify_output=f"the task's test patch does not apply: {problem}")
+            verify = None
     if verify:
         outcome = run_verify(workspace, verify, timeout_s=timeout_s)
         fields.update(

@@ -154,3 +154,40 @@ def test_apply_leaves_out_a_symlink_leading_outside_the_repo(make_repo: Any, tmp
     assert "link.txt" not in out.stdout and "+x = 2" in out.stdout
     assert not os.path.lexists(repo / "link.txt")
     assert (repo / "calc.py").read_text() == "x = 2\n"
+
+
+def test_setup_gives_the_agent_and_verify_the_project_environment(make_repo: Any, tmp_path: Path) -> None:
+    """`--setup`: the agent's commands and --verify run the venv's python, recap's packages are
+    absent, the session records the environment, and a replay rebuilds it from the cache."""
+    repo = make_repo({"recap.toml": '[env]\nsetup = "exit 9"\n', "a.txt": "hello\n"})
+    check = "python -c 'import sys; assert sys.prefix == \"/recap/env\"' && ! python -c 'import typer'"
+    model = _script(tmp_path, ("run_command", {"command": check}), ("finish", {"message": "ok"}))
+    cache = {**os.environ, "RECAP_CACHE_DIR": str(tmp_path / "cache")}
+    out = _recap("--repo", str(repo), "--model", model, "--setup", "echo from-setup", "--verify", check, "t",
+                 sessions=tmp_path / "s", env=cache)
+    assert out.returncode == 0, out.stderr
+    [path] = (tmp_path / "s").glob("*.jsonl")
+    session = read_session(path)
+    assert session.start.env["setup"] == "echo from-setup" and "from-setup" in session.start.env["output"]
+    (score,) = session.of_type(Score)
+    assert score.verify_passed
+    [ran] = [e for e in session.events if e.type == "observation" and e.name == "run_command"]
+    assert not ran.is_error and ran.output.startswith("exit code 0"), ran.output
+    replay = subprocess.run([sys.executable, "-m", "recap", "replay", str(path)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, env=cache)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    # without --setup, recap.toml's [env] is used: its failing set-up is a clear error
+    failed = _recap("--repo", str(repo), "--model", model, "t", sessions=tmp_path / "s2", env=cache)
+    assert failed.returncode == 2 and "exit 9" in failed.stderr
+
+
+def test_eval_help_lists_scripted_policies_and_backends() -> None:
+    out = subprocess.run([sys.executable, "-m", "recap", "eval", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert out.returncode == 0 and "scripted:" in out.stdout and "--backend" in out.stdout and "--setup" in out.stdout
+
+
+def test_image_is_a_docker_option(make_repo: Any, tmp_path: Path) -> None:
+    repo = make_repo({"a.txt": "x\n"})
+    out = _recap("--repo", str(repo), "--model", _script(tmp_path), "--image", "python:3.12", "t", sessions=tmp_path / "s")
+    assert out.returncode == 2 and "--backend docker" in out.stderr
