@@ -7,12 +7,14 @@ No image registry is reachable, so the image is built from Debian packages:
     tar -C DIR -c . | docker import - NAME
 
 A project layers its own set-up on top with an ordinary Dockerfile `FROM recap-base`.
-Building needs root (debootstrap chroots) and takes about a minute; it is skipped when the image
-already exists unless `force=True`.
+Building needs root (debootstrap chroots) and takes about a minute; it is skipped when an image of
+the same recipe (suite, packages, `RECIPE_VERSION`: the label `recap.recipe`) exists, unless
+`force=True`; an image of an older recipe is rebuilt.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -35,6 +37,15 @@ USER_UID = 1000
 USER_NAME = "recap"
 WORKDIR = "/workspace"
 TEMP_PREFIX = "recap-rootfs-"
+RECIPE_VERSION = 2
+"""Bump when the image's contents change other than by `suite` or `packages` (e.g. `_add_user`)."""
+RECIPE_LABEL = "recap.recipe"
+
+
+def recipe_of(suite: str, packages: Sequence[str]) -> str:
+    """The recipe key of an image: what `build_base_image` would put in it."""
+    text = f"{RECIPE_VERSION}\n{suite}\n" + "\n".join(sorted(packages))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,7 @@ def build_base_image(
         mirror: Debian mirror URL; default: this machine's apt sources (`default_mirror`).
         suite: Debian suite for debootstrap.
         packages: extra packages for `--include`.
-        force: rebuild even when the image exists.
+        force: rebuild even when an image of the same recipe exists.
         on_step: called with a short description before each stage (progress display).
     Returns:
         `ImageBuild`.
@@ -165,9 +176,12 @@ def build_base_image(
     if not name or any(c.isspace() for c in name):
         raise ConfigError(f"invalid image name {name!r}")
     client = docker_client()
+    recipe = recipe_of(suite, packages)
     if image_exists(client, name) and not force:
         image = client.images.get(name)
-        return ImageBuild(name=name, image_id=image.id, built=False, duration_s=time.monotonic() - start)
+        if (image.labels or {}).get(RECIPE_LABEL) == recipe:
+            return ImageBuild(name=name, image_id=image.id, built=False, duration_s=time.monotonic() - start)
+        step(f"{name} is of an older recipe: rebuilding")
     if shutil.which("debootstrap") is None:
         raise WorkspaceError("debootstrap is not installed (apt-get install debootstrap)")
     if os.geteuid() != 0:
@@ -193,7 +207,8 @@ def build_base_image(
             str(tarball),
             repository=repository,
             tag=tag or "latest",
-            changes=[f"USER {USER_NAME}", f"WORKDIR {WORKDIR}", "ENV LANG=C.UTF-8 HOME=/home/recap"],
+            changes=[f"USER {USER_NAME}", f"WORKDIR {WORKDIR}", "ENV LANG=C.UTF-8 HOME=/home/recap",
+                     f"LABEL {RECIPE_LABEL}={recipe}"],
         )
         image = client.images.get(name)
     finally:

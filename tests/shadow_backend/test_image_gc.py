@@ -12,7 +12,16 @@ from typer.testing import CliRunner
 
 from shadow_backend import gc
 from shadow_backend.docker_backend import DockerBackend
-from shadow_backend.image import FALLBACK_MIRROR, build_base_image, default_mirror, docker_client
+from shadow_backend.image import (
+    DEFAULT_PACKAGES,
+    DEFAULT_SUITE,
+    FALLBACK_MIRROR,
+    RECIPE_LABEL,
+    build_base_image,
+    default_mirror,
+    docker_client,
+    recipe_of,
+)
 
 
 def _cli(args: list[str]):  # type: ignore[no-untyped-def]
@@ -35,10 +44,14 @@ def test_default_mirror_reads_apt_sources(tmp_path: Path) -> None:
     assert default_mirror(sources_dir=str(tmp_path)) == "http://old.example/debian"
 
 
-def test_build_is_skipped_when_the_image_exists() -> None:
+def test_build_is_skipped_when_the_image_of_the_same_recipe_exists() -> None:
     build = build_base_image(name="recap-base")
     assert build.built is False
-    assert build.image_id == docker_client().images.get("recap-base").id
+    image = docker_client().images.get("recap-base")
+    assert build.image_id == image.id
+    assert image.labels[RECIPE_LABEL] == recipe_of(DEFAULT_SUITE, DEFAULT_PACKAGES)
+    # another recipe (one more package) is a different key: that image would be rebuilt
+    assert recipe_of(DEFAULT_SUITE, (*DEFAULT_PACKAGES, "curl")) != recipe_of(DEFAULT_SUITE, DEFAULT_PACKAGES)
     result = _cli(["backend", "build-image", "--name", "recap-base"])
     assert result.exit_code == 0 and "exists" in result.output
 
