@@ -29,13 +29,20 @@ fi
 
 .venv/bin/recap backend build-image --name recap-base
 
-# The real llama.cpp server for the `llamacpp` tests. Built from source with cmake: 15-35 minutes on
-# 2 cores the first time; pip's wheel cache makes later installs on the same machine instant.
+# The real llama.cpp server for the `llamacpp` tests, built from source with cmake the first time
+# (15-35 minutes on 2 cores) as a portable wheel kept in ~/.cache/recap/wheels: the native build
+# (AMX, AVX-512, OpenMP) died with SIGSEGV on every generation here, and pip's own cache would hand
+# back that build. Later venvs on the same machine install the kept wheel at once.
 if ! .venv/bin/python -c "import llama_cpp.server" >/dev/null 2>&1; then
-  echo "services: installing llama-cpp-python[server] (first build: 15-35 minutes)"
-  start=$(date +%s)
-  .venv/bin/pip install -q 'llama-cpp-python[server]>=0.3,<0.4'
-  echo "services: llama-cpp-python built in $(( $(date +%s) - start )) s"
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/recap/wheels/llama-cpp-portable"
+  if ! ls "$wheels"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
+    echo "services: building llama-cpp-python 0.3.36 (first build: 15-35 minutes)"
+    start=$(date +%s)
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DGGML_OPENMP=OFF" \
+      .venv/bin/pip wheel -q --no-cache-dir --no-deps -w "$wheels" 'llama-cpp-python==0.3.36'
+    echo "services: llama-cpp-python built in $(( $(date +%s) - start )) s"
+  fi
+  .venv/bin/pip install -q --find-links "$wheels" 'llama-cpp-python[server]==0.3.36'
 fi
 
 command -v node >/dev/null && command -v npm >/dev/null || {
