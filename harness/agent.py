@@ -189,7 +189,8 @@ class Agent:
             task=task, model=self.policy.spec, adapter_id=adapter_id, config=self.config.to_dict(),
             tools=self.tools.specs(), system_prompt=SYSTEM_PROMPT, verify=verify,
             reference_diff=reference_diff, test_patch=test_patch, meta=meta or {},
-            env=dataclasses.asdict(origin.env) if origin and origin.env else None,
+            env={k: v for k, v in dataclasses.asdict(origin.env).items() if k != "from_session"}
+            if origin and origin.env else None,
         )
         try:
             self._pin_rules()

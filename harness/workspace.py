@@ -215,12 +215,16 @@ class Environment:
         key: what the built environment is cached under (a hash of `setup`, `include`, the files
             that define the environment and the interpreter); "" until a backend has built it.
         output: the set-up command's output when it was built (bounded), "" until then.
+        from_session: the set-up command was read from a session file, which is untrusted: a
+            backend reuses a cached build of its key but never runs it (set-up commands have the
+            network); the user's `--setup recorded` clears this. Not recorded in sessions.
     """
 
     setup: str
     include: tuple[str, ...] = ()
     key: str = ""
     output: str = ""
+    from_session: bool = False
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ def replay(
     samples: int = typer.Option(1, "--samples", help="Rollouts per session (with --model)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where rollout session files go (with --model)."),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", help="Step limit of each rollout (with --model)."),
-    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of the one each session recorded (none: no environment)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of the one each session recorded (none: no environment; recorded: the one the session holds, which runs with network access (only for sessions you trust); by default a recorded set-up is used only when its build is already cached here)."),
 ) -> None:
     """Re-execute logged sessions headless and compare every observation and the final diff;
     with --model, sample and score fresh rollouts from each session's start state instead.

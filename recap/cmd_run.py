@@ -81,7 +81,7 @@ def run(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="openai: specs: seconds to wait for a reply (per attempt)."),
     retries: Optional[int] = typer.Option(None, "--retries", help="openai: specs: retries after a timeout, a lost connection, HTTP 429 or 5xx."),
     image: Optional[str] = typer.Option(None, "--image", help="Docker backend: the image commands run in (your own, holding the project's toolchain) instead of recap-base."),
-    setup: Optional[str] = typer.Option(None, "--setup", help="Set-up command of the project environment the agent's commands and --verify run in, e.g. \"pip install -e . pytest\" (run once with network, cached); none: the host toolchain. Default: [env] in REPO/recap.toml, else detected from pyproject.toml/setup.py/requirements*.txt."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Set-up command of the project environment the agent's commands and --verify run in, e.g. \"pip install -e . pytest\" (run once with network, cached); none: the host toolchain. Default: \\[env] in REPO/recap.toml, else detected from pyproject.toml/setup.py/requirements*.txt."),
 ) -> None:
     """Run the agent on a shadow copy of REPO; print the proposed diff and the session file.
 

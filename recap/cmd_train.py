@@ -55,7 +55,7 @@ def train(
     ray: Optional[str] = typer.Option(None, "--ray", help="Run rollouts on Ray actors: auto, local or a cluster address."),
     ray_workers: int = typer.Option(2, "--ray-workers", help="Rollout actors with --ray."),
     backend: str = typer.Option("local", "--backend", help="Shadow backend of the rollouts: local or docker."),
-    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment; recorded: the one the session holds, which runs with network access (only for sessions you trust); by default a recorded set-up is used only when its build is already cached here)."),
     rollout_endpoint: Optional[str] = typer.Option(None, "--rollout-endpoint", help="Sample through an OpenAI-compatible server (vLLM) and push adapters to it."),
 ) -> None:
     """Train a LoRA adapter with group-relative policy gradient on the sessions' start states."""
@@ -107,7 +107,7 @@ def eval_(
     overlong: str = typer.Option("mask", "--overlong", help="Failed episodes cut by the length budget: mask, penalize or ignore (match training)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write eval.json and the rollout sessions here."),
     backend: str = typer.Option("local", "--backend", help="Shadow backend of the rollouts: local or docker."),
-    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment)."),
+    setup: Optional[str] = typer.Option(None, "--setup", help="Project environment set-up command instead of each session's (e.g. \"pip install -e . pytest\"; none: no environment; recorded: the one the session holds, which runs with network access (only for sessions you trust); by default a recorded set-up is used only when its build is already cached here)."),
 ) -> None:
     """Score a policy on held-out sessions: pass rate and mean reward with 95% intervals."""
     from rich.console import Console

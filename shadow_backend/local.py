@@ -468,8 +468,9 @@ def _prepare_environment(env: Environment, *, repo: str, root: Path, home: Path,
     """Build `env` for the workspace at `root` (or reuse the cached build of its key), copy its
     overlay and include files into `root`; returns (env with key and set-up output, its directory).
 
-    Raises: WorkspaceError when bubblewrap does not work (the environment's paths need its mounts)
-    or the set-up command fails (its output is in the message)."""
+    Raises: WorkspaceError when bubblewrap does not work (the environment's paths need its mounts),
+    the set-up command fails (its output is in the message), or it came from a session file
+    (`Environment.from_session`) and is not built yet."""
     if not _use_bwrap(config):
         raise WorkspaceError("a project environment on the local backend needs bubblewrap (the venv and the "
                              "workspace are mounted at fixed paths); use --setup none or the docker backend")
@@ -480,6 +481,11 @@ def _prepare_environment(env: Environment, *, repo: str, root: Path, home: Path,
     with environment.locked(key) as env_dir:
         if environment.is_ready(env_dir):
             environment.apply_overlay(env_dir / "overlay", root)
+        elif env.from_session:
+            raise WorkspaceError(
+                f"the session records the environment set-up command {env.setup!r}, which is not built on this "
+                "machine; a session file is untrusted and a set-up command runs with network access, so it is "
+                "not run unless you say so: --setup recorded runs it, --setup CMD runs yours, --setup none uses none")
         else:
             _build_environment(env, key, env_dir, repo=repo, root=root, home=home, config=config)
         output = (env_dir / "output.txt").read_text(encoding="utf-8")

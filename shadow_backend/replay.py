@@ -145,16 +145,19 @@ def environment_of(recorded: dict[str, Any] | None) -> Environment | None:
     if not recorded or not isinstance(recorded.get("setup"), str):
         return None
     include = recorded.get("include") or ()
-    return Environment(setup=recorded["setup"], include=tuple(str(i) for i in include))
+    return Environment(setup=recorded["setup"], include=tuple(str(i) for i in include), from_session=True)
 
 
 def with_setup(origin: WorkspaceOrigin, setup: str | None) -> WorkspaceOrigin:
     """`origin` with its environment's set-up command replaced by `setup` ("none" or "": no
-    environment; None: unchanged; the include list is kept)."""
+    environment; None: unchanged, so a recorded set-up runs only if its build is cached;
+    "recorded": the recorded one, which the user trusts to run; the include list is kept)."""
     import dataclasses
 
     if setup is None:
         return origin
+    if setup.strip() == "recorded":
+        return dataclasses.replace(origin, env=dataclasses.replace(origin.env, from_session=False) if origin.env else None)
     include = origin.env.include if origin.env else ()
     env = Environment(setup=setup, include=include) if setup.strip() not in ("", "none") else None
     return dataclasses.replace(origin, env=env)

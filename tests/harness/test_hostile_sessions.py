@@ -434,3 +434,27 @@ def test_session_show_prints_session_text_as_text(tmp_path: Path) -> None:
     assert "\x1b" not in out.stdout
     for shown in ("session [/x]", "t\\x1b]0;owned\\x07 [bold]", "hi \\x1b[2J", "[/oops]", "'[/r]': 1.0", "context: 5"):
         assert shown in out.stdout, (shown, out.stdout)
+
+
+def test_a_recorded_setup_command_runs_only_when_the_user_says_so(tmp_path: Path, make_repo: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set-up command runs with network access: one read from a session file (which may name any
+    repository the user can read) is never run unless the user asks (`--setup recorded`); a build
+    of it already cached on this machine is reused."""
+    from shadow_backend.backends import rebuild_backend
+    from shadow_backend.replay import origin_of, replay_session, with_setup
+
+    monkeypatch.setenv("RECAP_CACHE_DIR", str(tmp_path / "cache"))
+    repo = make_repo({"a.txt": "a\n"})
+    setup = "cat a.txt > setup-read-this.txt; echo exfiltrated"
+    path = write(tmp_path / "s.jsonl", start(repo=str(repo), base_commit=_head(repo), env={"setup": setup}))
+    result = replay_session(path, backend="local")
+    assert result.error is not None and "not run unless you say so" in result.error and "--setup recorded" in result.error
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("output.txt"))
+    origin = origin_of(read_session(path))
+    with pytest.raises(WorkspaceError, match="not run unless you say so"):
+        rebuild_backend("local", origin)
+    with rebuild_backend("local", with_setup(origin, "recorded")) as ws:  # the user trusts it: it runs
+        assert ws.read_bytes("setup-read-this.txt") == b"a\n"
+    with rebuild_backend("local", origin) as ws:  # now cached here: reused, nothing runs
+        assert ws.read_bytes("setup-read-this.txt") == b"a\n"
