@@ -208,11 +208,14 @@ class RecapConfig:
     @classmethod
     def from_toml(cls, path: str | os.PathLike[str]) -> "RecapConfig":
         """Read a TOML file (see the module docstring). Raises ConfigError on bad TOML or values."""
+        from harness.jsonl import read_regular_file
+
         try:
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
+            data = tomllib.loads(read_regular_file(path).decode("utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+        except (OSError, ValueError) as exc:  # missing, a FIFO or device, too large, not UTF-8
+            raise ConfigError(f"{path}: cannot read the config file: {exc}") from None
         return cls.from_dict(data)
 
     def with_overrides(self, **options: Any) -> "RecapConfig":

@@ -66,10 +66,34 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCH
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+def _kind(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a plain file")
+
+
 def _refuse_special(mode: int, path: str) -> None:
     if not stat.S_ISREG(mode):
-        kind = next((what for test, what in _KINDS if test(mode)), "not a plain file")
-        raise SessionFormatError(f"not a regular file ({kind}); a session file must be one", path=path, line=None)
+        raise SessionFormatError(f"not a regular file ({_kind(mode)}); a session file must be one", path=path, line=None)
+
+
+def read_regular_file(path: str | os.PathLike[str], *, max_bytes: int = 64 * 2**20) -> bytes:
+    """The bytes of a small input file the user named (a script, a config), read without ever
+    blocking: refused unless it is a regular file (checked before opening, and again on the open
+    descriptor, which is opened `O_NONBLOCK`) of at most `max_bytes`.
+
+    Raises: OSError (missing, unreadable), ValueError (not a regular file, too large).
+    """
+    name = os.fspath(path)
+    mode = os.stat(name).st_mode
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"not a regular file ({_kind(mode)})")
+    with os.fdopen(os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)), "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"not a regular file ({_kind(mode)})")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+    return data
 
 
 def _open_regular(path: str, limits: JsonlLimits) -> IO[bytes]:

@@ -113,10 +113,11 @@ class ScriptedPolicy:
         turns they hold. A `context_window` given here overrides the file's.
         Raises PolicyError when the file is neither form, or a field has the wrong type.
         """
+        from harness.jsonl import read_regular_file
+
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError) as exc:
+            data = json.loads(read_regular_file(path).decode("utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
             raise PolicyError(f"cannot read scripted turns from {path}: {exc}") from None
         options: dict[str, Any] = {}
         if isinstance(data, dict):

@@ -458,3 +458,23 @@ def test_a_recorded_setup_command_runs_only_when_the_user_says_so(tmp_path: Path
         assert ws.read_bytes("setup-read-this.txt") == b"a\n"
     with rebuild_backend("local", origin) as ws:  # now cached here: reused, nothing runs
         assert ws.read_bytes("setup-read-this.txt") == b"a\n"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "directory"])
+def test_script_and_config_files_that_are_not_regular_files_are_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """`--model scripted:FILE` and `--config FILE` name files too: a FIFO, a device or a folder is a
+    clear error, never a hang or an endless read."""
+    from harness.config import RecapConfig
+    from harness.errors import ConfigError, PolicyError
+    from harness.policies.scripted import ScriptedPolicy
+
+    if kind == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    elif kind == "directory":
+        path = str(tmp_path)
+    else:
+        path = kind
+    for load, error in ((RecapConfig.from_toml, ConfigError), (ScriptedPolicy.from_file, PolicyError)):
+        with pytest.raises(error, match="not a regular file"):
+            promptly(lambda: load(path))
