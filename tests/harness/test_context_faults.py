@@ -366,7 +366,11 @@ def test_a_server_summary_of_only_tool_calls_is_never_accepted(local):
     assert result.stop_reason == "finish", result.message
     (summary,) = [e for e in result.events if isinstance(e, Summary)]
     assert summary.fallback == "mask" and summary.rejected == 2 and "FACT-9" in summary.text
-    summary_requests = server.requests[2:4]
+    # where the summary falls depends on how the tokens are counted (the estimate errs high): find
+    # the summary request by its instruction; the retry follows it, then the next action turn
+    first = next(i for i, r in enumerate(server.requests)
+                 if str(r["messages"][-1].get("content", "")).startswith("The context is nearly full"))
+    summary_requests = server.requests[first : first + 2]
     assert all("tools" not in r for r in summary_requests)
     assert summary_requests[1]["messages"][-1]["content"] == SUMMARY_RETRY.format(index=1)
-    assert "FACT-9" in json.dumps(server.requests[4]["messages"])
+    assert "FACT-9" in json.dumps(server.requests[first + 2]["messages"])

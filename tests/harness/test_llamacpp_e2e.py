@@ -53,8 +53,10 @@ def test_an_agent_run_summarizes_before_the_window(server, workspace_of, make_re
     files = {f"notes_{i}.md": "".join(f"{j:>4}  line {j} of note {i}\n" for j in range(40)) for i in range(6)}
     files["README.md"] = "Read every notes_*.md file, then finish.\n" + "".join(f"- notes_{i}.md\n" for i in range(6))
     policy = load_policy(f"openai:{server.model}@{server.url}", temperature=0.7, seed=3)
-    config = RecapConfig().with_overrides(max_steps=8, max_new_tokens=128, summary_max_new_tokens=128,
-                                          loop_guard_repeats=50, summarize_at=0.6)
+    # a budget a little above the first prompt (about 1,450 tokens: the system prompt and the ten
+    # tool specs), so that a summary must come within a few steps whatever the small model reads
+    config = RecapConfig().with_overrides(max_steps=10, max_new_tokens=128, summary_max_new_tokens=128,
+                                          loop_guard_repeats=50, summarize_at=1560)
     result = Agent(policy=policy, workspace=workspace_of(make_repo(files)), config=config).run(
         "Read README.md and every notes file it lists, then finish.")
     turns = [e for e in result.events if isinstance(e, PolicyTurn)]
